@@ -1,0 +1,26 @@
+"""Shared fixtures: W&B offline with every directory under tmp_path, headless matplotlib."""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path, monkeypatch):
+    """Keep W&B offline and inside tmp_path; never read the user's data dir by accident."""
+    for var in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR"):
+        d = tmp_path / "wandb_env" / var.lower()
+        d.mkdir(parents=True, exist_ok=True)
+        monkeypatch.setenv(var, str(d))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    yield
