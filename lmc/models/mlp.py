@@ -41,7 +41,9 @@ class MLP(nn.Module):
     ) -> None:
         super().__init__()
         if width < 1 or depth < 0:
-            raise ValueError(f"MLP needs width >= 1 and depth >= 0, got width={width}, depth={depth}")
+            raise ValueError(
+                f"MLP needs width >= 1 and depth >= 0, got width={width}, depth={depth}"
+            )
         dims = [in_features] + [width] * depth
         self.flatten = nn.Flatten()
         self.layers = nn.ModuleList(nn.Linear(a, b, bias=bias) for a, b in zip(dims[:-1], dims[1:]))

@@ -10,7 +10,12 @@ from lmc.models import MLP, VGG, ResNet, TinyTen, TwoLayerReLU, init_weights
 CASES = [
     pytest.param(lambda: MLP(784, 10, width=32, depth=3), (4, 1, 28, 28), 10, id="mlp"),
     pytest.param(lambda: MLP(784, 10, width=16, depth=2, norm="batch"), (4, 784), 10, id="mlp-bn"),
-    pytest.param(lambda: MLP(784, 10, width=16, depth=2, norm="layer", activation="gelu"), (4, 784), 10, id="mlp-ln"),
+    pytest.param(
+        lambda: MLP(784, 10, width=16, depth=2, norm="layer", activation="gelu"),
+        (4, 784),
+        10,
+        id="mlp-ln",
+    ),
     pytest.param(lambda: MLP(1, 1, width=8, depth=2, bias=False), (4, 1), 1, id="mlp-poly-nobias"),
     pytest.param(lambda: TwoLayerReLU(10, 7), (4, 10), 1, id="two-layer-relu"),
 ]
@@ -20,7 +25,9 @@ for depth in (11, 16):
             CASES.append(
                 pytest.param(
                     lambda d=depth, n=norm, c=ch: VGG(d, width=0.125, norm=n, in_channels=c),
-                    (2, ch, hw, hw), 10, id=f"vgg{depth}-{norm}-{ch}ch",
+                    (2, ch, hw, hw),
+                    10,
+                    id=f"vgg{depth}-{norm}-{ch}ch",
                 )
             )
 for depth in (20, 32):
@@ -28,11 +35,15 @@ for depth in (20, 32):
         CASES.append(
             pytest.param(
                 lambda d=depth, n=norm: ResNet(d, width=0.5, norm=n, num_classes=100),
-                (2, 3, 32, 32), 100, id=f"resnet{depth}-{norm}",
+                (2, 3, 32, 32),
+                100,
+                id=f"resnet{depth}-{norm}",
             )
         )
 for norm in ("batch", "layer", "none"):
-    CASES.append(pytest.param(lambda n=norm: TinyTen(norm=n), (2, 3, 32, 32), 10, id=f"tinyten-{norm}"))
+    CASES.append(
+        pytest.param(lambda n=norm: TinyTen(norm=n), (2, 3, 32, 32), 10, id=f"tinyten-{norm}")
+    )
 
 
 @pytest.mark.parametrize(("factory", "shape", "out"), CASES)

@@ -1,0 +1,5 @@
+"""``python -m lmc`` is the ``lmc`` command."""
+
+from lmc.cli import main
+
+main()

@@ -1,0 +1,157 @@
+"""Training LightningModules: thin glue around an injected ``nn.Module``."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+from torch import Tensor, nn
+from torchmetrics import MeanMetric, MeanSquaredError, MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
+
+STAGES = ("train", "val", "test")
+
+
+def _adam(params: Any) -> torch.optim.Optimizer:
+    return torch.optim.Adam(params, lr=1e-3)
+
+
+class TrainTask(L.LightningModule, ABC):
+    """Supervised training of ``net`` with an optimizer and LR scheduler from the config.
+
+    Subclasses choose the loss and metrics. Metrics are logged as ``{stage}/{name}`` (e.g.
+    ``train/loss``, ``val/acc``, ``test/acc``), one ``MetricCollection`` cloned per stage.
+
+    Args:
+        net: the network, injected from the config (``class_path``/``init_args``).
+        optimizer: callable building the optimizer from parameters (default Adam, lr 1e-3).
+        lr_scheduler: optional callable building an LR scheduler from the optimizer.
+        scheduler_interval: step the scheduler every ``epoch`` or every optimizer ``step``.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        optimizer: OptimizerCallable = _adam,
+        lr_scheduler: LRSchedulerCallable | None = None,
+        scheduler_interval: Literal["epoch", "step"] = "epoch",
+    ) -> None:
+        super().__init__()
+        # Under LightningCLI the parsed config (class paths and plain values) is stored, so
+        # `load_from_checkpoint` rebuilds `net`. Built by hand, the module object is not
+        # picklable as a safe hyper-parameter: pass `net=` again when loading.
+        if _given_hyperparameters.get() is None:
+            self.save_hyperparameters(ignore=["net", "optimizer", "lr_scheduler"])
+        else:
+            self.save_hyperparameters()
+        self.net = net
+        self.optimizer = optimizer
+        self.lr_scheduler = lr_scheduler
+        self.scheduler_interval = scheduler_interval
+        metrics = self.build_metrics()
+        self.metrics = nn.ModuleDict({s: metrics.clone(prefix=f"{s}/") for s in STAGES})
+        self.losses = nn.ModuleDict({s: MeanMetric() for s in STAGES})
+
+    @abstractmethod
+    def build_metrics(self) -> MetricCollection:
+        """The metrics logged for every stage."""
+
+    @abstractmethod
+    def loss(self, output: Tensor, target: Tensor) -> Tensor:
+        """The training objective for a batch."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+    def _shared_step(self, batch: Any, stage: str) -> Tensor:
+        x, y = batch
+        out = self(x)
+        loss = self.loss(out, y)
+        self.losses[stage].update(loss.detach(), weight=x.shape[0])
+        self.metrics[stage].update(out.detach(), y)
+        on_step = stage == "train"
+        self.log(f"{stage}/loss", self.losses[stage], on_step=False, on_epoch=True, prog_bar=True)
+        if on_step:
+            self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False)
+        self.log_dict(self.metrics[stage], on_step=False, on_epoch=True, prog_bar=stage != "train")
+        return loss
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "train")
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._shared_step(batch, "val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._shared_step(batch, "test")
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
+        x = batch[0] if isinstance(batch, (tuple, list)) else batch
+        return self(x)
+
+    def configure_optimizers(self) -> Any:
+        optimizer = self.optimizer(self.parameters())
+        if self.lr_scheduler is None:
+            return optimizer
+        scheduler = self.lr_scheduler(optimizer)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": self.scheduler_interval},
+        }
+
+
+class ClassificationTask(TrainTask):
+    """Cross-entropy classification; logs ``loss`` and ``acc`` per stage.
+
+    Args:
+        num_classes: number of classes for the accuracy metric.
+        label_smoothing: cross-entropy label smoothing (0 in every paper recipe).
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        num_classes: int = 10,
+        optimizer: OptimizerCallable = _adam,
+        lr_scheduler: LRSchedulerCallable | None = None,
+        scheduler_interval: Literal["epoch", "step"] = "epoch",
+        label_smoothing: float = 0.0,
+    ) -> None:
+        self.num_classes = num_classes
+        self.label_smoothing = label_smoothing
+        super().__init__(net, optimizer, lr_scheduler, scheduler_interval)
+
+    def build_metrics(self) -> MetricCollection:
+        return MetricCollection({"acc": MulticlassAccuracy(self.num_classes, average="micro")})
+
+    def loss(self, output: Tensor, target: Tensor) -> Tensor:
+        return nn.functional.cross_entropy(output, target, label_smoothing=self.label_smoothing)
+
+
+class RegressionTask(TrainTask):
+    """Mean-squared-error regression (teacher-student, polynomial tasks); logs ``loss`` and ``mse``.
+
+    The loss is ``0.5 * MSE`` when ``half_mse`` (the convention of 003's objective), else MSE.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        optimizer: OptimizerCallable = _adam,
+        lr_scheduler: LRSchedulerCallable | None = None,
+        scheduler_interval: Literal["epoch", "step"] = "epoch",
+        half_mse: bool = False,
+    ) -> None:
+        self.half_mse = half_mse
+        super().__init__(net, optimizer, lr_scheduler, scheduler_interval)
+
+    def build_metrics(self) -> MetricCollection:
+        return MetricCollection({"mse": MeanSquaredError()})
+
+    def loss(self, output: Tensor, target: Tensor) -> Tensor:
+        mse = nn.functional.mse_loss(output, target)
+        return 0.5 * mse if self.half_mse else mse
