@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import yaml
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.trainer.states import TrainerFn
 
@@ -29,8 +30,15 @@ class RunConfigSaver(SaveConfigCallback):
         if trainer.is_global_zero:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.parser.save(self.config, str(path), skip_none=False, overwrite=True)
+            self.save_config(trainer, pl_module, stage)
             self.already_saved = True
         self.already_saved = trainer.strategy.broadcast(self.already_saved)
+
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # The whole resolved config (model, data, trainer, seed) into the logger's run config.
+        if trainer.logger is not None:
+            dumped = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
+            trainer.logger.log_hyperparams(dumped)
 
 
 class LMCCLI(LightningCLI):
@@ -44,15 +52,21 @@ class LMCCLI(LightningCLI):
             help="After `fit`, evaluate the final weights on the test split (reporting only).",
         )
 
+    def _parse_ckpt_path(self) -> None:
+        # Check --ckpt_path before Lightning reads hyper-parameters from it, so a missing, corrupt
+        # or untrusted file fails fast with a clear message before any work starts.
+        sub = self.config.get("subcommand")
+        ckpt = self.config[sub].get("ckpt_path") if sub else None
+        if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
+            load_checkpoint(ckpt)
+        super()._parse_ckpt_path()
+
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         _resolve_logger_dirs(cfg)
         # Checkpoints hold only tensors and plain containers: never unpickle arbitrary objects.
         if "weights_only" in cfg and cfg.weights_only is None:
             cfg.weights_only = True
-        ckpt = cfg.get("ckpt_path")
-        if ckpt and ckpt not in ("last", "best", "hpc"):
-            load_checkpoint(ckpt)  # fail fast with a clear message before any work starts
 
     def after_fit(self) -> None:
         cfg = self.config[self.subcommand]
@@ -73,8 +87,8 @@ def _resolve_logger_dirs(cfg: Any) -> None:
             init_args.save_dir = str(Path(root))
 
 
-def main(args: list[str] | None = None, run: bool = True) -> LMCCLI:
-    """Entry point of the ``lmc`` console script; ``args`` lets tests call it in-process."""
+def build_cli(args: list[str] | None = None, run: bool = True) -> LMCCLI:
+    """Parse ``args`` (default: ``sys.argv``) and, if ``run``, execute the subcommand."""
     return LMCCLI(
         L.LightningModule,
         L.LightningDataModule,
@@ -87,6 +101,23 @@ def main(args: list[str] | None = None, run: bool = True) -> LMCCLI:
         run=run,
         auto_configure_optimizers=False,
     )
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point of the ``lmc`` console script; ``args`` lets tests call it in-process."""
+    exit_code = 1
+    try:
+        build_cli(args)
+        exit_code = 0
+    finally:
+        _finish_wandb(exit_code)
+
+
+def _finish_wandb(exit_code: int) -> None:
+    """Close the W&B run so its log is complete and the next in-process run starts a new one."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish(exit_code=exit_code)
 
 
 if __name__ == "__main__":  # pragma: no cover

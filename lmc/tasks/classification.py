@@ -53,8 +53,9 @@ class TrainTask(L.LightningModule, ABC):
         self.lr_scheduler = lr_scheduler
         self.scheduler_interval = scheduler_interval
         metrics = self.build_metrics()
-        self.metrics = nn.ModuleDict({s: metrics.clone(prefix=f"{s}/") for s in STAGES})
-        self.losses = nn.ModuleDict({s: MeanMetric() for s in STAGES})
+        # ModuleDict keys cannot be "train" (it is a Module method), hence the suffix.
+        self.metrics = nn.ModuleDict({f"{s}_": metrics.clone(prefix=f"{s}/") for s in STAGES})
+        self.losses = nn.ModuleDict({f"{s}_": MeanMetric() for s in STAGES})
 
     @abstractmethod
     def build_metrics(self) -> MetricCollection:
@@ -71,13 +72,13 @@ class TrainTask(L.LightningModule, ABC):
         x, y = batch
         out = self(x)
         loss = self.loss(out, y)
-        self.losses[stage].update(loss.detach(), weight=x.shape[0])
-        self.metrics[stage].update(out.detach(), y)
-        on_step = stage == "train"
-        self.log(f"{stage}/loss", self.losses[stage], on_step=False, on_epoch=True, prog_bar=True)
-        if on_step:
+        losses, metrics = self.losses[f"{stage}_"], self.metrics[f"{stage}_"]
+        losses.update(loss.detach(), weight=x.shape[0])
+        metrics.update(out.detach(), y)
+        self.log(f"{stage}/loss", losses, on_step=False, on_epoch=True, prog_bar=True)
+        if stage == "train":
             self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False)
-        self.log_dict(self.metrics[stage], on_step=False, on_epoch=True, prog_bar=stage != "train")
+        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage != "train")
         return loss
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:

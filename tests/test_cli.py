@@ -1,0 +1,210 @@
+"""End-to-end CLI tests: every shipped config runs, runs are rerunnable, errors are clear."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lmc.data import write_fake_cifar10, write_fake_cifar100, write_fake_mnist
+from lmc.io import load_checkpoint
+from tests.helpers import (
+    CONFIGS,
+    checkpoints,
+    load_yaml,
+    read_wandb_summary,
+    run_cli,
+    run_dirs,
+    wandb_run_dirs,
+)
+
+SHIPPED = sorted(p for p in CONFIGS.rglob("*.yaml") if "loggers" not in p.parts)
+TRAINING = [
+    p
+    for p in SHIPPED
+    if load_yaml(p)["model"]["class_path"]
+    in ("lmc.tasks.ClassificationTask", "lmc.tasks.RegressionTask")
+]
+
+
+@pytest.fixture(scope="session")
+def fake_data_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("fake_data")
+    write_fake_mnist(root, "MNIST", n_train=48, n_test=16)
+    write_fake_mnist(root, "FashionMNIST", n_train=48, n_test=16)
+    write_fake_cifar10(root, n_train=48, n_test=16, archive=True)
+    write_fake_cifar100(root, n_train=48, n_test=16, archive=False)
+    return root
+
+
+def _tiny_overlay(config: Path, root: Path, data_dir: Path) -> list[str]:
+    cfg = load_yaml(config)
+    data = cfg["data"]["class_path"]
+    args = [
+        "--trainer.max_steps=1",
+        "--trainer.max_epochs=1",
+        "--trainer.limit_val_batches=1",
+        "--trainer.limit_test_batches=1",
+        "--trainer.num_sanity_val_steps=0",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+        "--trainer.accelerator=cpu",
+        f"--trainer.default_root_dir={root}",
+        "--data.init_args.batch_size=4",
+    ]
+    if "Teacher" in data or "Polynomial" in data:
+        args += [
+            "--data.init_args.n_train=32",
+            "--data.init_args.n_val=8",
+            "--data.init_args.n_test=8",
+        ]
+    else:
+        args += [
+            f"--data.init_args.data_dir={data_dir}",
+            "--data.init_args.val_size=8",
+            "--data.init_args.alignment_size=8",
+        ]
+    net = cfg["model"]["init_args"].get("net", {}).get("init_args", {})
+    if net.get("width", 1) > 2:  # x4/x16 recipes: same code path, CPU-sized
+        args.append("--model.init_args.net.init_args.width=1")
+    return args
+
+
+@pytest.mark.parametrize("config", TRAINING, ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_every_training_config_runs_one_step(config, tmp_path, fake_data_dir):
+    run_cli("fit", "-c", str(config), *_tiny_overlay(config, tmp_path, fake_data_dir))
+    [run] = run_dirs(tmp_path)
+    [ckpt] = checkpoints(run)
+    state = load_checkpoint(ckpt)["state_dict"]  # weights_only=True
+    assert state and all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
+    saved = load_yaml(run / "config.yaml")
+    assert saved["model"]["class_path"] == load_yaml(config)["model"]["class_path"]
+    assert saved["seed_everything"] == 0
+
+
+def _fit_quick(root: Path, *extra: str) -> Path:
+    run_cli(
+        "fit",
+        "-c",
+        str(CONFIGS / "quickstart.yaml"),
+        "--trainer.max_epochs=2",
+        f"--trainer.default_root_dir={root}",
+        "--data.init_args.n_train=400",
+        *extra,
+    )
+    return run_dirs(root)[-1]
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    [ckpt] = checkpoints(run)
+    return load_checkpoint(ckpt)["state_dict"]
+
+
+def test_rerun_from_saved_config_reproduces_metrics(tmp_path):
+    first = _fit_quick(tmp_path / "a")
+    saved = first / "config.yaml"
+    assert load_yaml(saved)["trainer"]["logger"]["init_args"]["save_dir"] == str(tmp_path / "a")
+
+    run_cli("fit", "--config", str(saved))
+    second = [r for r in run_dirs(tmp_path / "a") if r != first]
+    assert len(second) == 1, "the rerun must get its own run directory"
+    w1, w2 = _weights(first), _weights(second[0])
+    assert w1.keys() == w2.keys()
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)
+
+    s1, s2 = (read_wandb_summary(r) for r in wandb_run_dirs(tmp_path / "a"))
+    for key in ("test/loss", "test/mse", "val/loss", "train/loss"):
+        assert s1["summary"][key] == s2["summary"][key]
+
+
+def test_different_seed_changes_the_run(tmp_path):
+    a = _weights(_fit_quick(tmp_path / "a"))
+    b = _weights(_fit_quick(tmp_path / "b", "--seed_everything=1"))
+    assert not torch.equal(a["net.hidden.weight"], b["net.hidden.weight"])
+
+
+def test_wandb_offline_run_holds_logged_metrics_and_config(tmp_path):
+    _fit_quick(tmp_path)
+    [wrun] = wandb_run_dirs(tmp_path)
+    summary = read_wandb_summary(wrun)
+    assert summary["state"] == "finished"
+    assert {"train/loss", "val/loss", "val/mse", "test/loss", "test/mse", "epoch"} <= set(
+        summary["summary"]
+    )
+    assert summary["summary"]["test/loss"] < 1.0
+    assert summary["config"]["data"]["class_path"] == "lmc.data.TeacherStudentDataModule"
+    assert summary["tags"] == ["quickstart"]
+
+
+def test_test_subcommand_from_saved_config_and_checkpoint(tmp_path):
+    run = _fit_quick(tmp_path / "fit")
+    [ckpt] = checkpoints(run)
+    run_cli("test", "--config", str(run / "config.yaml"), f"--ckpt_path={ckpt}")
+    fit_summary, test_summary = (read_wandb_summary(r) for r in wandb_run_dirs(tmp_path / "fit"))
+    assert test_summary["summary"]["test/loss"] == pytest.approx(
+        fit_summary["summary"]["test/loss"], rel=1e-6
+    )
+
+
+def test_csv_logger_overlay(tmp_path):
+    run_cli(
+        "fit",
+        "-c",
+        str(CONFIGS / "quickstart.yaml"),
+        "-c",
+        str(CONFIGS / "loggers" / "csv.yaml"),
+        "--trainer.max_epochs=1",
+        "--data.init_args.n_train=200",
+        f"--trainer.logger.init_args.save_dir={tmp_path}",
+    )
+    [run] = run_dirs(tmp_path)
+    assert (run / "metrics.csv").read_text().count("val/loss") == 1
+    assert checkpoints(run)
+
+
+def test_missing_dataset_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError) as err:
+        run_cli(
+            "fit",
+            "-c",
+            str(CONFIGS / "mnist" / "mlp.yaml"),
+            f"--data.init_args.data_dir={tmp_path / 'empty'}",
+            f"--trainer.default_root_dir={tmp_path}",
+        )
+    msg = str(err.value)
+    assert (
+        str(tmp_path / "empty") in msg
+        and "train-images-idx3-ubyte" in msg
+        and "LMC_DATA_DIR" in msg
+    )
+
+
+def test_malformed_config_names_the_key(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((CONFIGS / "quickstart.yaml").read_text().replace("width: 16", "widht: 16"))
+    with pytest.raises(SystemExit) as err:
+        run_cli("fit", "-c", str(bad))
+    assert err.value.code != 0
+    assert "widht" in capsys.readouterr().err
+
+
+def test_corrupt_checkpoint_fails_before_work(tmp_path):
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(b"garbage")
+    from lmc.io import CheckpointError
+
+    with pytest.raises(CheckpointError, match="bad.ckpt"):
+        run_cli(
+            "test",
+            "-c",
+            str(CONFIGS / "quickstart.yaml"),
+            f"--ckpt_path={bad}",
+            f"--trainer.default_root_dir={tmp_path}",
+        )
+
+
+def test_help_and_module_entry_point():
+    with pytest.raises(SystemExit) as err:
+        run_cli("--help")
+    assert err.value.code == 0
