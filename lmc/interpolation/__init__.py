@@ -1,0 +1,35 @@
+"""Interpolation, barriers, BatchNorm reset and REPAIR: pure functions, no Lightning."""
+
+from lmc.interpolation.barrier import Barrier, alpha_grid, barrier, loss_barrier
+from lmc.interpolation.evaluate import EvalResult, cache_batches, evaluate
+from lmc.interpolation.repair import (
+    average_stats,
+    channel_stats,
+    has_batchnorm,
+    interpolate_stats,
+    repair,
+    repair_points,
+    reset_bn,
+)
+from lmc.interpolation.states import check_compatible, lerp_state, load_lerp_, weighted_average
+
+__all__ = [
+    "Barrier",
+    "EvalResult",
+    "alpha_grid",
+    "average_stats",
+    "barrier",
+    "cache_batches",
+    "channel_stats",
+    "check_compatible",
+    "evaluate",
+    "has_batchnorm",
+    "interpolate_stats",
+    "lerp_state",
+    "load_lerp_",
+    "loss_barrier",
+    "repair",
+    "repair_points",
+    "reset_bn",
+    "weighted_average",
+]

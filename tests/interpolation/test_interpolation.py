@@ -1,0 +1,145 @@
+"""Known answers for interpolation, barriers, BatchNorm reset and REPAIR."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from lmc.interpolation import (
+    alpha_grid,
+    barrier,
+    channel_stats,
+    check_compatible,
+    evaluate,
+    interpolate_stats,
+    lerp_state,
+    load_lerp_,
+    loss_barrier,
+    repair,
+    repair_points,
+    reset_bn,
+    weighted_average,
+)
+from lmc.models import MLP, VGG
+
+
+def _data(n=96, d=12, classes=3, bs=32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    y = torch.randint(0, classes, (n,), generator=g)
+    return [(x[i : i + bs], y[i : i + bs]) for i in range(0, n, bs)]
+
+
+def test_barrier_of_model_with_itself_is_zero():
+    torch.manual_seed(0)
+    model = MLP(12, 3, width=16, depth=2)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    batches = _data()
+    losses, accs = [], []
+    for a in alpha_grid(25):
+        load_lerp_(model, state, state, a)
+        r = evaluate(model, batches)
+        losses.append(r.loss)
+        accs.append(r.acc)
+    b = barrier(alpha_grid(25), losses, accs)
+    assert b.loss == pytest.approx(0.0, abs=1e-6) and b.acc == pytest.approx(0.0, abs=1e-12)
+    assert b.mean_loss == pytest.approx(losses[0], rel=1e-6)
+
+
+def test_barrier_formula_on_a_known_bump():
+    alphas = alpha_grid(21)
+    # chord from 1 to 3 plus a bump of height 0.5 at alpha = 0.25
+    losses = [1 + 2 * a + 0.5 * math.exp(-((a - 0.25) ** 2) / 0.001) for a in alphas]
+    b = barrier(alphas, losses, accs=[0.9 - 0.2 * (a == 0.5) for a in alphas])
+    assert b.loss == pytest.approx(0.5, abs=1e-9) and b.alpha_loss == 0.25
+    assert b.loss_normalized == pytest.approx(0.5 / 2.0)
+    assert b.acc == pytest.approx(0.2) and b.alpha_acc == 0.5
+
+
+def test_signed_barrier_of_convex_path_is_negative():
+    alphas = alpha_grid(5)
+    value, _ = loss_barrier(alphas, [1.0, 0.2, 0.1, 0.2, 1.0])
+    assert value == pytest.approx(0.0)  # the endpoints are on the chord
+    value, where = loss_barrier([0.0, 0.5, 1.0], [1.0, 0.4, 1.0])
+    assert value == pytest.approx(0.0) and where == 0.0
+    with pytest.raises(ValueError, match="start at 0"):
+        loss_barrier([0.1, 1.0], [1.0, 1.0])
+
+
+def test_lerp_endpoints_and_midpoint():
+    a, b = MLP(4, 2, 3, 1).state_dict(), MLP(4, 2, 3, 1).state_dict()
+    assert all(torch.equal(lerp_state(a, b, 0.0)[k], a[k]) for k in a)
+    assert all(torch.equal(lerp_state(a, b, 1.0)[k], b[k]) for k in a)
+    mid = lerp_state(a, b, 0.5)
+    assert all(torch.allclose(mid[k], (a[k] + b[k]) / 2) for k in a)
+
+
+def test_merging_n_copies_returns_the_model():
+    net = VGG(11, width=0.125, norm="batch")
+    state = net.state_dict()
+    merged = weighted_average([state] * 5)
+    for k, v in state.items():
+        assert (
+            torch.allclose(merged[k], v.to(merged[k].dtype))
+            if v.is_floating_point()
+            else torch.equal(merged[k], v)
+        )
+
+
+def test_incompatible_states_name_the_key():
+    with pytest.raises(ValueError, match="layers.0.weight"):
+        check_compatible(
+            [MLP(4, 2, 3, 1).state_dict(), MLP(4, 2, 5, 1).state_dict()], ["a.ckpt", "b.ckpt"]
+        )
+    with pytest.raises(ValueError, match="different architectures"):
+        check_compatible([MLP(4, 2, 3, 1).state_dict(), MLP(4, 2, 3, 2).state_dict()])
+
+
+def test_reset_bn_gives_exact_statistics_of_the_subset_even_with_unequal_batches():
+    torch.manual_seed(0)
+    model = MLP(12, 3, width=8, depth=1, norm="batch")
+    x = torch.randn(70, 12) * 3 + 1
+    batches = [(x[:32], None), (x[32:64], None), (x[64:], None)]  # 32, 32, 6
+    reset_bn(model, batches)
+    pre = model.layers[0](x)
+    bn = model.norms[0]
+    torch.testing.assert_close(bn.running_mean, pre.mean(0), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(bn.running_var, pre.var(0, unbiased=True), rtol=1e-4, atol=1e-5)
+    assert not model.training
+
+
+def test_repair_matches_target_channel_statistics():
+    torch.manual_seed(0)
+    a, b = MLP(12, 3, width=16, depth=3), MLP(12, 3, width=16, depth=3)
+    batches = _data(n=128)
+    points = repair_points(a)
+    assert points == ["layers.0", "layers.1", "layers.2"]
+    sa, sb = channel_stats(a, batches, points), channel_stats(b, batches, points)
+    mid = MLP(12, 3, width=16, depth=3)
+    load_lerp_(mid, a.state_dict(), b.state_dict(), 0.5)
+    targets = interpolate_stats(sa, sb, 0.5)
+    before = channel_stats(mid, batches, points)
+    assert not torch.allclose(before["layers.2"][1], targets["layers.2"][1], rtol=0.05)
+    repair(mid, targets, batches)
+    after = channel_stats(mid, batches, points)
+    for p in points:
+        torch.testing.assert_close(after[p][0], targets[p][0].to(after[p][0]), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(after[p][1], targets[p][1].to(after[p][1]), rtol=1e-3, atol=1e-4)
+    assert set(mid.state_dict()) == set(a.state_dict())  # still an ordinary MLP
+
+
+def test_evaluate_counts_exactly():
+    model = nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.eye(2))
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    y = torch.tensor([0, 1, 1])
+    r = evaluate(model, [(x[:2], y[:2]), (x[2:], y[2:])])
+    assert r.acc == pytest.approx(2 / 3) and r.n == 3
+    expected = nn.functional.cross_entropy(model(x), y).item()
+    assert r.loss == pytest.approx(expected, rel=1e-6)
+    assert np.isnan(evaluate(model, [(x, x)], loss="mse").acc)
