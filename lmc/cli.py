@@ -64,6 +64,7 @@ class LMCCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         _resolve_logger_dirs(cfg)
+        _check_model_checkpoints(cfg)
         # Checkpoints hold only tensors and plain containers: never unpickle arbitrary objects.
         if "weights_only" in cfg and cfg.weights_only is None:
             cfg.weights_only = True
@@ -72,6 +73,19 @@ class LMCCLI(LightningCLI):
         cfg = self.config[self.subcommand]
         if cfg.get("test_after_fit") and self.trainer.state.fn == TrainerFn.FITTING:
             self.trainer.test(self.model, datamodule=self.datamodule, verbose=True)
+
+
+def _check_model_checkpoints(cfg: Any) -> None:
+    """Read every ``model.init_args.checkpoints`` entry now, so a missing, corrupt or untrusted
+    file, or endpoints of different architectures, stop the run before anything is built."""
+    init_args = getattr(cfg.get("model"), "init_args", None)
+    paths = init_args.get("checkpoints") if init_args is not None else None
+    if not paths:
+        return
+    from lmc.interpolation.states import check_compatible
+    from lmc.io import model_state_dict
+
+    check_compatible([model_state_dict(load_checkpoint(p)) for p in paths], [str(p) for p in paths])
 
 
 def _resolve_logger_dirs(cfg: Any) -> None:

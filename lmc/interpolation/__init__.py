@@ -12,8 +12,20 @@ from lmc.interpolation.repair import (
     reset_bn,
 )
 from lmc.interpolation.states import check_compatible, lerp_state, load_lerp_, weighted_average
+from lmc.interpolation.study import (
+    PathResult,
+    StudyResult,
+    interpolate_path,
+    interpolation_study,
+    match_states,
+)
 
 __all__ = [
+    "PathResult",
+    "StudyResult",
+    "interpolate_path",
+    "interpolation_study",
+    "match_states",
     "Barrier",
     "EvalResult",
     "alpha_grid",

@@ -1,5 +1,6 @@
 """LightningModules: thin glue that calls the pure ``lmc`` algorithms at hook points."""
 
 from lmc.tasks.classification import ClassificationTask, RegressionTask, TrainTask
+from lmc.tasks.interpolation import InterpolationTask
 
-__all__ = ["ClassificationTask", "RegressionTask", "TrainTask"]
+__all__ = ["ClassificationTask", "InterpolationTask", "RegressionTask", "TrainTask"]

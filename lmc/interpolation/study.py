@@ -1,0 +1,274 @@
+"""A whole interpolation study: match, interpolate, repair, evaluate, summarise (000 §4, 004 §5).
+
+Pure orchestration over the other functions of this package and :mod:`lmc.permutation`, so a
+notebook can run the same study as ``lmc validate`` without a Trainer.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any, Literal
+
+from torch import Tensor, nn
+
+from lmc.interpolation.barrier import alpha_grid, barrier
+from lmc.interpolation.evaluate import LossName, evaluate
+from lmc.interpolation.repair import (
+    average_stats,
+    channel_stats,
+    has_batchnorm,
+    interpolate_stats,
+    repair,
+    repair_points,
+    reset_bn,
+)
+from lmc.interpolation.states import check_compatible, load_lerp_, weighted_average
+
+Matcher = Literal["none", "weight", "activation", "correlation"]
+Repair = Literal["none", "reset_bn", "repair"]
+StateDict = Mapping[str, Tensor]
+Batches = Sequence[Any]
+
+
+@dataclass
+class PathResult:
+    """Per-alpha metrics of one path on every split, with and without repair."""
+
+    alphas: list[float]
+    metrics: dict[str, dict[str, list[float]]] = field(
+        default_factory=dict
+    )  # "test/loss" -> values
+    barriers: dict[str, dict[str, float]] = field(default_factory=dict)  # "test" -> Barrier dict
+
+
+@dataclass
+class StudyResult:
+    """Everything an interpolation study measured (see :func:`interpolation_study`)."""
+
+    paths: dict[str, PathResult]
+    merges: dict[str, dict[str, float]]
+    matched_states: list[dict[str, Tensor]]
+    timings: dict[str, float]
+    summary: dict[str, float]
+
+
+def match_states(
+    net: nn.Module,
+    states: Sequence[StateDict],
+    matcher: Matcher,
+    align_batches: Batches | None = None,
+    seed: int = 0,
+) -> tuple[list[dict[str, Tensor]], dict[str, Any]]:
+    """Permute models 1..N-1 onto model 0 (N=2) or onto each other by MergeMany (N>2).
+
+    Returns the aligned states (model 0 unchanged) and matching diagnostics.
+    """
+    from lmc.permutation import (
+        activation_matching,
+        align_weights,
+        apply_permutation,
+        merge_many,
+        spec_for,
+    )
+
+    states = [dict(s) for s in states]
+    if matcher == "none":
+        return states, {}
+    spec = spec_for(net)
+    if matcher == "weight" and len(states) > 2:
+        result = merge_many(states, spec, seed=seed)
+        return [apply_permutation(s, spec, p) for s, p in zip(states, result.perms)], {
+            "rounds": result.rounds
+        }
+    if matcher == "weight":
+        aligned, result = align_weights(states[0], states[1], spec, method="accelerated", seed=seed)
+        return [states[0], aligned], {"sweeps": result.sweeps, "converged": result.converged}
+    if align_batches is None:
+        raise ValueError(f"matcher={matcher!r} needs data (the alignment subset)")
+    model_a, model_b = copy.deepcopy(net), copy.deepcopy(net)
+    model_a.load_state_dict(states[0])
+    out = [states[0]]
+    for state in states[1:]:
+        model_b.load_state_dict(state)
+        similarity = "covariance" if matcher == "activation" else "correlation"
+        result = activation_matching(model_a, model_b, align_batches, spec, similarity=similarity)
+        out.append(apply_permutation(state, spec, result.perm))
+    return out, {}
+
+
+def _evaluate_point(
+    model: nn.Module,
+    splits: Mapping[str, Batches],
+    loss: LossName,
+    prefix: str,
+    out: dict[str, list[float]],
+) -> None:
+    for split, batches in splits.items():
+        r = evaluate(model, batches, loss)
+        out.setdefault(f"{split}/loss{prefix}", []).append(r.loss)
+        out.setdefault(f"{split}/acc{prefix}", []).append(r.acc)
+
+
+def interpolate_path(
+    model: nn.Module,
+    a: StateDict,
+    b: StateDict,
+    splits: Mapping[str, Batches],
+    alphas: Sequence[float],
+    loss: LossName = "cross_entropy",
+    repair_mode: Repair = "none",
+    align_batches: Batches | None = None,
+) -> tuple[PathResult, float]:
+    """Evaluate ``(1 - alpha) a + alpha b`` at every alpha on every split.
+
+    With a repair mode, each point is evaluated as is (``split/loss_raw``) and after repair
+    (``split/loss``); without, ``split/loss`` is the plain interpolation. ``model`` is reused
+    for every point (its state is overwritten in place). Returns the path and the seconds spent
+    repairing.
+    """
+    res = PathResult(alphas=list(alphas))
+    repair_seconds = 0.0
+    stats_a = stats_b = None
+    if repair_mode == "repair":
+        points = [
+            p for p in repair_points(model) if dict(model.named_modules())[p].bias is not None
+        ]
+        model.load_state_dict(a)
+        stats_a = channel_stats(model, align_batches, points)
+        model.load_state_dict(b)
+        stats_b = channel_stats(model, align_batches, points)
+    for alpha in alphas:
+        load_lerp_(model, a, b, alpha)
+        if repair_mode == "none":
+            _evaluate_point(model, splits, loss, "", res.metrics)
+            continue
+        _evaluate_point(model, splits, loss, "_raw", res.metrics)
+        start = time.perf_counter()
+        if repair_mode == "reset_bn":
+            reset_bn(model, align_batches)
+        else:
+            repair(model, interpolate_stats(stats_a, stats_b, alpha), align_batches)
+        repair_seconds += time.perf_counter() - start
+        _evaluate_point(model, splits, loss, "", res.metrics)
+    for split in splits:
+        for suffix in ("", "_raw") if repair_mode != "none" else ("",):
+            accs = res.metrics[f"{split}/acc{suffix}"] if loss == "cross_entropy" else None
+            b_ = barrier(alphas, res.metrics[f"{split}/loss{suffix}"], accs)
+            res.barriers[f"{split}{suffix}"] = b_.as_dict()
+    return res, repair_seconds
+
+
+def _repair_merged(
+    model: nn.Module,
+    states: Sequence[StateDict],
+    merged: StateDict,
+    repair_mode: Repair,
+    align_batches: Batches | None,
+) -> None:
+    model.load_state_dict(merged)
+    if repair_mode == "reset_bn":
+        reset_bn(model, align_batches)
+    elif repair_mode == "repair":
+        points = [
+            p for p in repair_points(model) if dict(model.named_modules())[p].bias is not None
+        ]
+        stats = []
+        for s in states:
+            model.load_state_dict(s)
+            stats.append(channel_stats(model, align_batches, points))
+        model.load_state_dict(merged)
+        repair(model, average_stats(stats), align_batches)
+
+
+def interpolation_study(
+    net: nn.Module,
+    states: Sequence[StateDict],
+    splits: Mapping[str, Batches],
+    matcher: Matcher = "weight",
+    repair_mode: Repair = "none",
+    align_batches: Batches | None = None,
+    num_alphas: int = 25,
+    loss: LossName = "cross_entropy",
+    seed: int = 0,
+    names: Sequence[str] | None = None,
+    on_path: Callable[[str, PathResult], None] | None = None,
+) -> StudyResult:
+    """Barriers between models before and after matching, and their merges.
+
+    For two models: the naive path and (unless ``matcher="none"``) the matched path, each over
+    ``num_alphas`` points on every split. For N > 2: every pair, the uniform merge of the
+    originals and of the aligned models (MergeMany for weight matching), each compared with the
+    mean of the endpoints. Summary keys: ``barrier_loss_{naive,matched}``,
+    ``barrier_acc_{naive,matched}``, ``barrier_loss_normalized_*`` on the last split given
+    (put ``test`` last), averaged over pairs when N > 2.
+    """
+    if len(states) < 2:
+        raise ValueError(f"an interpolation study needs at least 2 models, got {len(states)}")
+    if repair_mode != "none" and align_batches is None:
+        raise ValueError(f"repair={repair_mode!r} needs the alignment subset")
+    if repair_mode == "reset_bn" and not has_batchnorm(net):
+        raise ValueError("repair='reset_bn' but the network has no BatchNorm; use repair='repair'")
+    check_compatible(states, names)
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    aligned, _ = match_states(net, states, matcher, align_batches, seed)
+    timings["matching_seconds"] = time.perf_counter() - start
+
+    model = copy.deepcopy(net)
+    paths: dict[str, PathResult] = {}
+    alphas = alpha_grid(num_alphas)
+    variants = {"naive": states} if matcher == "none" else {"naive": states, "matched": aligned}
+    timings["repair_seconds"] = 0.0
+    start = time.perf_counter()
+    for i, j in combinations(range(len(states)), 2):
+        for variant, group in variants.items():
+            name = variant if len(states) == 2 else f"{variant}_{i}_{j}"
+            paths[name], rs = interpolate_path(
+                model, group[i], group[j], splits, alphas, loss, repair_mode, align_batches
+            )
+            timings["repair_seconds"] += rs
+            if on_path is not None:
+                on_path(name, paths[name])
+    timings["interpolation_seconds"] = time.perf_counter() - start - timings["repair_seconds"]
+
+    merges: dict[str, dict[str, float]] = {}
+    if len(states) > 2:
+        for variant, group in variants.items():
+            _repair_merged(model, group, weighted_average(group), repair_mode, align_batches)
+            merges[variant] = {}
+            for split, batches in splits.items():
+                r = evaluate(model, batches, loss)
+                merges[variant][f"{split}/loss"] = r.loss
+                merges[variant][f"{split}/acc"] = r.acc
+        merges["endpoints_mean"] = {}
+        for split, batches in splits.items():
+            endpoint = []
+            for s in states:
+                model.load_state_dict(s)
+                endpoint.append(evaluate(model, batches, loss))
+            merges["endpoints_mean"][f"{split}/loss"] = sum(r.loss for r in endpoint) / len(
+                endpoint
+            )
+            merges["endpoints_mean"][f"{split}/acc"] = sum(r.acc for r in endpoint) / len(endpoint)
+
+    last = list(splits)[-1]
+    summary: dict[str, float] = {}
+    for variant in variants:
+        names_ = [p for p in paths if p == variant or p.startswith(f"{variant}_")]
+        for key in ("loss", "acc", "loss_normalized"):
+            vals = [paths[p].barriers[last][key] for p in names_]
+            summary[f"barrier_{key}_{variant}"] = float(sum(vals) / len(vals))
+        for stat in ("loss", "acc"):
+            ends = [paths[p].metrics[f"{last}/{stat}"] for p in names_]
+            summary[f"endpoint_{stat}_mean"] = float(
+                sum(e[0] + e[-1] for e in ends) / (2 * len(ends))
+            )
+    for variant, vals in merges.items():
+        for k, v in vals.items():
+            summary[f"merge_{variant}_{k.replace('/', '_')}"] = v
+    summary.update(timings)
+    return StudyResult(paths, merges, aligned, timings, summary)

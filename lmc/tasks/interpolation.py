@@ -1,0 +1,138 @@
+"""``lmc validate`` task: barriers between checkpoints, before and after matching (SPEC C4)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+from torch import nn
+
+from lmc.interpolation.evaluate import LossName, cache_batches
+from lmc.interpolation.states import check_compatible
+from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
+from lmc.io import load_checkpoint, model_state_dict
+from lmc.tasks.report import log_study
+
+Split = Literal["train", "val", "test"]
+
+
+def split_batches(
+    datamodule: Any, splits: list[str], max_batches: int | None, device: Any
+) -> dict[str, list]:
+    """Cached batches per split; ``train`` is the fixed, un-augmented alignment subset of train."""
+    loaders = {
+        "train": datamodule.alignment_dataloader,
+        "val": datamodule.val_dataloader,
+        "test": datamodule.test_dataloader,
+    }
+    out = {}
+    for split in splits:
+        batches = cache_batches(loaders[split](), device)
+        out[split] = batches[:max_batches] if max_batches else batches
+    return out
+
+
+def default_loss(datamodule: Any) -> LossName:
+    return (
+        "mse" if getattr(datamodule, "task", "classification") == "regression" else "cross_entropy"
+    )
+
+
+class InterpolationTask(L.LightningModule):
+    """Barriers along linear paths between 2+ checkpoints, naive and matched, with repair.
+
+    Run with ``lmc validate``: it returns no optimizer. All checkpoints are read (safely) and
+    checked against ``net`` when the task is built, before any work. At the end of validation it
+    matches the models (``matcher``), evaluates every alpha on every split, optionally repairs
+    each point (``reset_bn`` for BatchNorm nets, ``repair`` = REPAIR otherwise), logs per-alpha
+    metrics, barriers, W&B plots and table, and writes ``interpolation.png`` and
+    ``summary.json`` into the run directory. For N > 2 checkpoints every pair is interpolated
+    and the uniform merges (naive and matched) are evaluated.
+
+    Args:
+        net: the architecture of the checkpoints (class_path/init_args).
+        checkpoints: paths of 2 or more ``.ckpt`` files written by ``lmc fit``.
+        matcher: ``none``, ``weight`` (accelerated weight matching; MergeMany for N > 2),
+            ``activation`` (cross-covariance) or ``correlation`` (002 Alg. 1).
+        repair: ``none``, ``reset_bn`` or ``repair``.
+        num_alphas: points of the alpha grid (including both endpoints).
+        splits: which splits to evaluate; ``train`` means the alignment subset of train. Put the
+            split the summary should report last (``test`` by default).
+        max_batches: cap on cached batches per split (quick looks).
+        save_matched: write the matched second model (N = 2) or the matched merge (N > 2) as
+            ``matched.ckpt`` in the run directory.
+        seed: seed of the matching's random group order.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        checkpoints: list[str],
+        matcher: Matcher = "weight",
+        repair: Repair = "none",
+        num_alphas: int = 25,
+        splits: list[Split] | None = None,
+        max_batches: int | None = None,
+        save_matched: bool = False,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if _given_hyperparameters.get() is None:
+            self.save_hyperparameters(ignore=["net"])
+        else:
+            self.save_hyperparameters()
+        if len(checkpoints) < 2:
+            raise ValueError(
+                f"InterpolationTask needs at least 2 checkpoints, got {len(checkpoints)}: set "
+                "model.init_args.checkpoints to a list of .ckpt paths"
+            )
+        self.net = net
+        self.checkpoints = list(checkpoints)
+        self.states = [model_state_dict(load_checkpoint(p)) for p in self.checkpoints]
+        check_compatible(
+            [net.state_dict(), *self.states], ["model.init_args.net", *self.checkpoints]
+        )
+        self.matcher, self.repair, self.num_alphas = matcher, repair, num_alphas
+        self.splits = list(splits) if splits else ["train", "test"]
+        self.max_batches, self.save_matched, self.seed = max_batches, save_matched, seed
+        self.result: StudyResult | None = None
+
+    def configure_optimizers(self) -> None:
+        return None
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        return None
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            return
+        dm = self.trainer.datamodule
+        splits = split_batches(dm, self.splits, self.max_batches, self.device)
+        align = split_batches(dm, ["train"], self.max_batches, self.device)["train"]
+        self.result = interpolation_study(
+            self.net,
+            self.states,
+            splits,
+            matcher=self.matcher,
+            repair_mode=self.repair,
+            align_batches=align,
+            num_alphas=self.num_alphas,
+            loss=default_loss(dm),
+            seed=self.seed,
+            names=self.checkpoints,
+        )
+        for key, value in self.result.summary.items():
+            if key.startswith(("barrier_", "merge_")):
+                self.log(f"interp/{key}", float(value))
+        out = log_study(self.trainer, self.result)
+        if self.save_matched and self.trainer.is_global_zero:
+            self._save_matched(out)
+
+    def _save_matched(self, out: Any) -> None:
+        from lmc.interpolation.states import weighted_average
+
+        aligned = self.result.matched_states if self.result else []
+        state = aligned[1] if len(aligned) == 2 else weighted_average(aligned)
+        torch.save({"state_dict": {f"net.{k}": v for k, v in state.items()}}, out / "matched.ckpt")

@@ -1,0 +1,138 @@
+"""`lmc validate` interpolation runs: summary.json, W&B table and metrics, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from lmc.data import write_fake_mnist
+from lmc.io import CheckpointError
+from tests.helpers import (
+    CONFIGS,
+    checkpoints,
+    read_wandb_records,
+    read_wandb_summary,
+    run_cli,
+    run_dirs,
+    wandb_run_dirs,
+)
+
+SMALL_NET = ["--model.init_args.net.init_args.width=32"]
+
+
+@pytest.fixture(scope="module")
+def mnist_pair(tmp_path_factory) -> tuple[Path, list[Path]]:
+    root = tmp_path_factory.mktemp("pair")
+    write_fake_mnist(root / "data", "MNIST", n_train=160, n_test=64)
+    ckpts = []
+    for seed in (0, 1):
+        out = root / f"fit{seed}"
+        run_cli(
+            "fit",
+            "-c",
+            str(CONFIGS / "mnist" / "mlp.yaml"),
+            *SMALL_NET,
+            f"--seed_everything={seed}",
+            "--trainer.max_epochs=3",
+            "--test_after_fit=false",
+            "--trainer.enable_progress_bar=false",
+            f"--trainer.default_root_dir={out}",
+            f"--data.init_args.data_dir={root / 'data'}",
+            "--data.init_args.val_size=32",
+            "--data.init_args.alignment_size=64",
+            "--data.init_args.batch_size=32",
+            "--trainer.logger.init_args.offline=true",
+        )
+        [run] = run_dirs(out)
+        ckpts += checkpoints(run)
+    return root, ckpts
+
+
+def _validate(root: Path, ckpts: list[Path], out: Path, *extra: str) -> None:
+    run_cli(
+        "validate",
+        "-c",
+        str(CONFIGS / "mnist" / "mlp_barrier.yaml"),
+        *SMALL_NET,
+        f"--model.init_args.checkpoints=[{', '.join(map(str, ckpts))}]",
+        f"--trainer.default_root_dir={out}",
+        f"--data.init_args.data_dir={root / 'data'}",
+        "--data.init_args.val_size=32",
+        "--data.init_args.alignment_size=64",
+        "--model.init_args.num_alphas=5",
+        *extra,
+    )
+
+
+def test_validate_writes_summary_table_and_figure(mnist_pair, tmp_path):
+    root, ckpts = mnist_pair
+    _validate(root, ckpts, tmp_path)
+    [run] = run_dirs(tmp_path)
+    summary = json.loads((run / "summary.json").read_text())["summary"]
+    for key in (
+        "barrier_loss_naive",
+        "barrier_loss_matched",
+        "barrier_acc_naive",
+        "barrier_acc_matched",
+    ):
+        assert isinstance(summary[key], float)
+    assert (run / "interpolation.png").stat().st_size > 10_000
+    [wrun] = wandb_run_dirs(tmp_path)
+    logged = read_wandb_summary(wrun)["summary"]
+    assert logged["interp/barrier_loss_naive"] == pytest.approx(summary["barrier_loss_naive"])
+    assert logged["interp/barrier_loss_matched"] == pytest.approx(summary["barrier_loss_matched"])
+    records = read_wandb_records(wrun)
+    text = json.dumps(records)
+    assert "interp/table" in text and "table-file" in text or "interp/table" in text
+    assert "interp/naive/test/loss" in text and "interp/matched/test/loss" in text
+
+
+def test_matched_path_of_a_permuted_copy_has_no_barrier(mnist_pair, tmp_path):
+    from lmc.io import load_checkpoint, model_state_dict
+    from lmc.models import MLP
+    from lmc.permutation import apply_permutation, random_permutation, spec_for
+
+    root, ckpts = mnist_pair
+    net = MLP(784, 10, width=32, depth=3)
+    spec = spec_for(net)
+    state = model_state_dict(load_checkpoint(ckpts[0]))
+    perm = random_permutation(spec.sizes(state), 3)
+    permuted = apply_permutation(state, spec, perm)
+    copy = tmp_path / "permuted.ckpt"
+    torch.save({"state_dict": {f"net.{k}": v for k, v in permuted.items()}}, copy)
+    _validate(root, [ckpts[0], copy], tmp_path / "out")
+    [run] = run_dirs(tmp_path / "out")
+    summary = json.loads((run / "summary.json").read_text())["summary"]
+    assert summary["barrier_loss_matched"] == pytest.approx(0.0, abs=1e-5)
+    assert summary["barrier_loss_naive"] > 1e-3
+
+
+def test_checkpoints_of_different_architectures_fail_before_work(mnist_pair, tmp_path):
+    from lmc.models import MLP
+
+    root, ckpts = mnist_pair
+    other = tmp_path / "wide.ckpt"
+    torch.save(
+        {
+            "state_dict": {
+                f"net.{k}": v for k, v in MLP(784, 10, width=48, depth=3).state_dict().items()
+            }
+        },
+        other,
+    )
+    with pytest.raises(ValueError, match="wide.ckpt.*layers.0.weight|layers.0.weight.*wide.ckpt"):
+        _validate(root, [ckpts[0], other], tmp_path)
+    assert not list(tmp_path.rglob("summary.json"))
+
+
+def test_missing_and_corrupt_checkpoints(mnist_pair, tmp_path):
+    root, ckpts = mnist_pair
+    with pytest.raises(FileNotFoundError, match="missing.ckpt"):
+        _validate(root, [ckpts[0], tmp_path / "missing.ckpt"], tmp_path)
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(b"\x00" * 100)
+    with pytest.raises(CheckpointError, match="bad.ckpt"):
+        _validate(root, [ckpts[0], bad], tmp_path)
