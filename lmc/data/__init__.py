@@ -1,0 +1,42 @@
+"""LightningDataModules: MNIST, Fashion-MNIST, CIFAR-10/100 (offline), synthetic regressions.
+
+Every data module offers ``train/val/test/predict_dataloader`` plus ``alignment_dataloader``
+(a fixed, un-augmented subset of train for matching and BatchNorm re-estimation) and a
+``task`` of ``"classification"`` or ``"regression"``. The ``write_fake_*`` functions write tiny
+seeded datasets in torchvision's on-disk formats for tests.
+"""
+
+from lmc.data.base import BaseDataModule
+from lmc.data.fake import write_fake_cifar10, write_fake_cifar100, write_fake_mnist
+from lmc.data.formats import DatasetNotFoundError
+from lmc.data.memory import BatchAugment, InMemoryImageDataset
+from lmc.data.synthetic import (
+    PolynomialDataModule,
+    SyntheticRegressionDataModule,
+    TeacherStudentDataModule,
+)
+from lmc.data.vision import (
+    CIFAR10DataModule,
+    CIFAR100DataModule,
+    FashionMNISTDataModule,
+    MNISTDataModule,
+    VisionDataModule,
+)
+
+__all__ = [
+    "BaseDataModule",
+    "BatchAugment",
+    "CIFAR10DataModule",
+    "CIFAR100DataModule",
+    "DatasetNotFoundError",
+    "FashionMNISTDataModule",
+    "InMemoryImageDataset",
+    "MNISTDataModule",
+    "PolynomialDataModule",
+    "SyntheticRegressionDataModule",
+    "TeacherStudentDataModule",
+    "VisionDataModule",
+    "write_fake_cifar10",
+    "write_fake_cifar100",
+    "write_fake_mnist",
+]

@@ -1,0 +1,139 @@
+"""Vision data modules: seeded disjoint splits, the fixed un-augmented alignment subset,
+augmentation, and data order driven by ``seed_everything``."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from lmc.data import BatchAugment, CIFAR10DataModule, CIFAR100DataModule, MNISTDataModule
+from lmc.data.vision import split_indices
+
+
+def test_split_indices_are_disjoint_sized_and_seeded():
+    train, val, align = split_indices(1000, val_size=100, alignment_size=50, seed=0)
+    assert (len(train), len(val), len(align)) == (900, 100, 50)
+    assert set(train.tolist()).isdisjoint(val.tolist())
+    assert set(train.tolist()) | set(val.tolist()) == set(range(1000))
+    assert set(align.tolist()) <= set(train.tolist()) and len(set(align.tolist())) == 50
+    again = split_indices(1000, val_size=100, alignment_size=50, seed=0)
+    assert all(torch.equal(a, b) for a, b in zip((train, val, align), again))
+    other = split_indices(1000, val_size=100, alignment_size=50, seed=1)
+    assert not torch.equal(val, other[1]) and not torch.equal(align, other[2])
+    limited, val_l, _ = split_indices(
+        1000, val_size=100, alignment_size=50, seed=0, limit_train=200
+    )
+    assert (
+        len(limited) == 200
+        and torch.equal(val_l, val)
+        and set(limited.tolist()) <= set(train.tolist())
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option"),
+    [
+        ({"val_size": 64}, "val_size"),
+        ({"val_size": 8, "alignment_size": 57}, "alignment_size"),
+        ({"val_size": 8, "alignment_size": 20, "limit_train": 10}, "alignment_size"),
+    ],
+)
+def test_too_large_sizes_name_the_option_to_lower(kwargs, option, tmp_path, write_fake):
+    write_fake(MNISTDataModule, tmp_path)
+    with pytest.raises(ValueError, match=f"Lower {option}"):
+        MNISTDataModule(str(tmp_path), **kwargs).setup("fit")
+
+
+def test_data_module_splits_follow_the_split_seed_only(fake_root):
+    def split(seed):
+        dm = CIFAR10DataModule(str(fake_root), val_size=10, alignment_size=8, seed=seed)
+        dm.setup("fit")
+        return dm.train_dataset.indices, dm.val_dataset.indices, dm.alignment_dataset.indices
+
+    train, val, align = split(0)
+    assert (len(train), len(val), len(align)) == (54, 10, 8)
+    assert set(train.tolist()).isdisjoint(val.tolist()) and set(align.tolist()) <= set(
+        train.tolist()
+    )
+    L.seed_everything(123)  # the training seed does not move the split
+    assert all(torch.equal(a, b) for a, b in zip((train, val, align), split(0)))
+    assert not torch.equal(val, split(1)[1])
+
+
+def test_alignment_subset_is_fixed_unaugmented_and_complete(fake_root):
+    dm = CIFAR10DataModule(
+        str(fake_root), batch_size=8, val_size=10, alignment_size=13, rotate=10.0
+    )
+    assert dm.train_augment == BatchAugment(crop_padding=4, flip=True, rotate=10.0)
+    ds = dm.alignment_dataset
+    x1, y1 = ds.tensors()
+    x2, _ = ds.tensors()
+    assert torch.equal(x1, x2)
+    clean = CIFAR10DataModule(str(fake_root), val_size=10, alignment_size=13, augment=False)
+    assert torch.equal(x1, clean.alignment_dataset.tensors()[0])  # same as with augment off
+    xs, ys = zip(*dm.alignment_dataloader(batch_size=5))
+    assert [len(y) for y in ys] == [5, 5, 3]  # nothing dropped, fixed order
+    assert torch.equal(torch.cat(xs), x1) and torch.equal(torch.cat(ys), y1)
+    assert len(list(dm.alignment_dataloader())) == 2  # eval_batch_size defaults to batch_size
+    # training images are augmented, validation images are not
+    idx = list(range(6))
+    assert not torch.equal(dm.train_dataset.batch(idx)[0], dm.train_dataset.batch(idx)[0])
+    assert torch.equal(dm.val_dataset.batch(idx)[0], dm.val_dataset.batch(idx)[0])
+
+
+def test_mnist_has_no_augmentation_unless_rotation(fake_root):
+    assert MNISTDataModule(str(fake_root)).train_augment is None
+    assert MNISTDataModule(str(fake_root), rotate=15).train_augment == BatchAugment(rotate=15)
+    assert CIFAR100DataModule(str(fake_root), augment=False).train_augment is None
+
+
+def test_training_order_follows_seed_everything(fake_root):
+    dm = CIFAR10DataModule(str(fake_root), batch_size=16, val_size=8, alignment_size=4)
+
+    def first_batch(seed):
+        L.seed_everything(seed)
+        return next(iter(dm.train_dataloader()))
+
+    a, b, c = first_batch(1), first_batch(1), first_batch(2)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[1], c[1])
+    assert a[0].shape == (16, 3, 32, 32) and a[1].shape == (16,)
+
+
+def test_loaders_shapes_and_generic_dataloader_compat(fake_root):
+    dm = MNISTDataModule(
+        str(fake_root), batch_size=10, eval_batch_size=7, val_size=8, alignment_size=4
+    )
+    dm.prepare_data()
+    dm.setup("fit")
+    dm.setup("fit")  # idempotent
+    assert [len(y) for _, y in dm.val_dataloader()] == [7, 1]
+    assert sum(len(y) for _, y in dm.train_dataloader()) == 56
+    assert [len(y) for _, y in dm.test_dataloader()] == [7] * 4 + [4]
+    xp, yp = next(iter(dm.predict_dataloader()))
+    xt, yt = next(iter(dm.test_dataloader()))
+    assert torch.equal(xp, xt) and torch.equal(yp, yt)
+    # a plain DataLoader with the default collate yields the same tensors
+    xg, yg = next(iter(DataLoader(dm.test_dataset, batch_size=7)))
+    assert torch.equal(xg, xt) and torch.equal(yg, yt)
+    x0, y0 = dm.test_dataset[0]
+    assert x0.shape == (1, 28, 28) and torch.equal(x0, xt[0]) and int(y0) == int(yt[0])
+
+
+def test_batch_augment_crop_flip_and_rotation_known_answers():
+    torch.manual_seed(0)
+    x = torch.rand(16, 3, 8, 8)
+    padded = torch.nn.functional.pad(x, (2, 2, 2, 2))
+    out = BatchAugment(crop_padding=2)(x)
+    for i in range(16):  # every crop is a window of the zero-padded image
+        windows = [padded[i, :, r : r + 8, c : c + 8] for r in range(5) for c in range(5)]
+        assert any(torch.equal(out[i], w) for w in windows)
+    flipped = BatchAugment(flip=True)(x)
+    same = [torch.equal(flipped[i], x[i]) for i in range(16)]
+    assert all(s or torch.equal(flipped[i], x[i].flip(-1)) for i, s in enumerate(same))
+    assert 0 < sum(same) < 16
+    assert torch.equal(BatchAugment(rotate=1e-6)(x), x)  # (nearly) zero angle is the identity
+    assert BatchAugment(rotate=30)(x).shape == x.shape
+    assert not BatchAugment().active
