@@ -1,0 +1,172 @@
+"""Functional-equivalence check for a permutation spec: a wrong spec must not pass silently."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from lmc.permutation.apply import apply_permutation
+from lmc.permutation.spec import PermutationSpec, SpecError, check_finite
+
+
+class SpecCheckError(AssertionError):
+    """Permuting the model by its spec changed its outputs; the message names the groups."""
+
+
+@dataclass
+class SpecCheckFailure:
+    """One group (or ``"<all groups>"``) whose permutation changed the output in one mode."""
+
+    group: str
+    mode: str
+    max_abs_diff: float
+
+
+@dataclass
+class SpecCheckReport:
+    """Result of :func:`check_spec`: ``ok`` iff every permutation left the outputs unchanged."""
+
+    failures: list[SpecCheckFailure] = field(default_factory=list)
+    max_abs_diff: float = 0.0
+    checked_groups: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """Whether the spec passed."""
+        return not self.failures
+
+    @property
+    def broken_groups(self) -> list[str]:
+        """Names of the groups whose permutation changed the function."""
+        return list(dict.fromkeys(f.group for f in self.failures))
+
+
+def _randomized(state: Mapping[str, Tensor], gen: torch.Generator) -> dict[str, Tensor]:
+    """A copy in which constant float entries (a fresh norm layer's unit weights, zero biases and
+    running statistics) are made distinct per unit, so that they cannot hide a missing
+    permutation. Running variances are drawn from U(0.5, 1.5); other constants get N(0, 0.1^2)
+    relative noise. Non-constant entries are kept, so the network stays in its regime."""
+    out = {}
+    for k, t in state.items():
+        t = t.detach().clone()
+        if t.dtype.is_floating_point and t.numel() > 1 and bool((t == t.flatten()[0]).all()):
+            rand = torch.rand if k.endswith("running_var") else torch.randn
+            noise = rand(t.shape, generator=gen, dtype=t.dtype).to(t.device)
+            if k.endswith("running_var"):
+                t = 0.5 + noise
+            else:
+                t = t + 0.1 * max(float(t.flatten()[0].abs()), 1.0) * noise
+        out[k] = t
+    return out
+
+
+def _forward(
+    model: nn.Module, state: Mapping[str, Tensor], x: tuple[Tensor, ...], train: bool
+) -> Tensor:
+    # buffers are cloned: train-mode BatchNorm updates running stats in the tensors it is given
+    state = {k: v.clone() for k, v in state.items()}
+    was = model.training
+    model.train(train)
+    if train:  # dropout masks would not follow the permutation; keep them off
+        for m in model.modules():
+            if isinstance(m, nn.modules.dropout._DropoutNd):
+                m.eval()
+    try:
+        with torch.no_grad():
+            out = functional_call(model, state, x)
+    finally:
+        model.train(was)
+    if not isinstance(out, Tensor):
+        raise TypeError("check_spec needs a model whose forward returns a single tensor")
+    return out
+
+
+def check_spec(
+    model: nn.Module,
+    spec: PermutationSpec | None,
+    example_input: Tensor | tuple[Tensor, ...],
+    *,
+    seed: int = 0,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+    randomize: bool = True,
+    raise_on_failure: bool = True,
+) -> SpecCheckReport:
+    """Check that permuting ``model`` by ``spec`` leaves its function unchanged (C2).
+
+    Each group is permuted alone by a random non-identity permutation, then all groups
+    together; outputs are compared with the unpermuted model in train mode (batch statistics;
+    dropout off) and in eval mode (running statistics). A group that changes the output is
+    reported: typically a parameter or buffer reading or writing its units is missing from it
+    or belongs to another group.
+
+    Args:
+        model: the network (not modified).
+        spec: its spec; built-in or derived from ``example_input`` if ``None``.
+        example_input: a batch (more than one sample, for train-mode BatchNorm).
+        seed: seed of the permutations and of the perturbation.
+        rtol: tolerance relative to the largest output magnitude.
+        atol: absolute tolerance.
+        randomize: perturb every float entry first (default), so that constant entries of a
+            freshly initialised model (BatchNorm statistics, unit norm weights) are tested.
+        raise_on_failure: raise :class:`SpecCheckError` instead of returning a failed report.
+
+    Raises:
+        SpecError: the spec does not fit the model's state dict, or weights are NaN/inf.
+        SpecCheckError: if ``raise_on_failure`` and a permutation changed the outputs.
+    """
+    if spec is None:
+        from lmc.permutation.builtin import spec_for
+
+        spec = spec_for(model, example_input)
+    base = model.state_dict()
+    sizes = spec.sizes(base)
+    check_finite(base, "model")
+    gen = torch.Generator().manual_seed(seed)
+    if randomize:
+        base = _randomized(base, gen)
+    x = example_input if isinstance(example_input, tuple) else (example_input,)
+    ref = {mode: _forward(model, base, x, mode == "train") for mode in ("train", "eval")}
+
+    def derange(n: int) -> Tensor:
+        if n < 2:
+            return torch.arange(n)
+        while True:
+            p = torch.randperm(n, generator=gen)
+            if not torch.equal(p, torch.arange(n)):
+                return p
+
+    trials = [
+        (g, {h: derange(m) if h == g else torch.arange(m) for h, m in sizes.items()}) for g in sizes
+    ]
+    trials.append(("<all groups>", {h: derange(m) for h, m in sizes.items()}))
+    report = SpecCheckReport(checked_groups=len(sizes))
+    for name, perm in trials:
+        permuted = apply_permutation(base, spec, perm, check=False)
+        for mode in ("train", "eval"):
+            out = _forward(model, permuted, x, mode == "train")
+            diff = float((out - ref[mode]).abs().max()) if out.numel() else 0.0
+            bound = atol + rtol * float(ref[mode].abs().max())
+            report.max_abs_diff = max(report.max_abs_diff, diff)
+            if not diff <= bound:  # also catches NaN
+                report.failures.append(SpecCheckFailure(name, mode, diff))
+    if raise_on_failure and not report.ok:
+        lines = [
+            f"  group {f.group!r} ({f.mode} mode): max |diff| = {f.max_abs_diff:.3g}"
+            for f in report.failures
+        ]
+        raise SpecCheckError(
+            "permuting the model by its spec changed its outputs:\n"
+            + "\n".join(lines)
+            + "\nsome parameter or buffer that reads or writes these units is missing from the "
+            "group (or sits in another group); eval-only failures point at BatchNorm running "
+            "statistics"
+        )
+    return report
+
+
+__all__ = ["SpecCheckError", "SpecCheckFailure", "SpecCheckReport", "SpecError", "check_spec"]

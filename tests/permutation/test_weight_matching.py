@@ -1,0 +1,174 @@
+"""Weight matching (004 Alg. 2 and 3): known answers, plain == accelerated, warm starts, solvers."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from lmc.models import MLP, VGG, ResNet
+from lmc.permutation import (
+    LapSolution,
+    MatchingState,
+    SpecError,
+    align_weights,
+    apply_permutation,
+    invert_permutation,
+    permutation_equal,
+    random_permutation,
+    spec_for,
+    weight_matching,
+)
+from lmc.permutation.lap import lapjv_solver, scipy_solver
+
+from .helpers import PARAMS, build
+
+
+def _permuted_copy(model: nn.Module, seed: int = 1) -> tuple[nn.Module, dict]:
+    spec = spec_for(model)
+    perm = random_permutation(spec.sizes(model.state_dict()), seed)
+    other = copy.deepcopy(model)
+    other.load_state_dict(apply_permutation(model.state_dict(), spec, perm))
+    return other, perm
+
+
+@pytest.mark.parametrize("method", ["plain", "accelerated"])
+@pytest.mark.parametrize(("factory", "shape"), PARAMS)
+def test_recovers_known_permutation(factory, shape, method):
+    model_a, data = build(factory, shape)
+    model_b, perm = _permuted_copy(model_a)
+    aligned, result = align_weights(model_a, model_b, method=method)
+    assert permutation_equal(result.perm, invert_permutation(perm))
+    state_a = model_a.state_dict()
+    # ||theta_a - pi(theta_b)|| = 0
+    assert all(torch.equal(aligned[k], state_a[k]) for k in state_a)
+    model_b.load_state_dict(aligned)
+    x = torch.cat(data)
+    with torch.no_grad():
+        assert torch.equal(model_b(x), model_a(x))
+    assert result.converged and result.history == sorted(result.history)
+
+
+def _random_pair(factory, seed=0):
+    torch.manual_seed(seed)
+    return factory(), factory()
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        lambda: MLP(30, 5, width=24, depth=3),
+        lambda: VGG(11, width=1 / 8, norm="batch"),
+        lambda: ResNet(20, width=0.5, norm="layer"),
+    ],
+    ids=["mlp", "vgg11", "resnet20"],
+)
+def test_accelerated_equals_plain_on_random_pairs(factory):
+    a, b = _random_pair(factory)
+    for seed in (0, 1):
+        plain = weight_matching(a, b, method="plain", seed=seed)
+        fast = weight_matching(a, b, method="accelerated", seed=seed)
+        assert fast.objective == pytest.approx(plain.objective, rel=1e-6)
+        assert fast.history[0] == plain.history[0]
+        assert fast.solves <= plain.solves and fast.sweeps <= plain.sweeps
+        assert plain.history[-1] > plain.history[0]
+
+
+def _train(model: nn.Module, seed: int, steps: int = 60) -> nn.Module:
+    """A few SGD steps on a fixed synthetic regression task (different data order per seed)."""
+    g = torch.Generator().manual_seed(123)
+    x, w = torch.randn(256, 30, generator=g), torch.randn(30, 5, generator=g)
+    y = torch.tanh(x @ w)
+    torch.manual_seed(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for _ in range(steps):
+        idx = torch.randint(0, 256, (32,))
+        loss = ((model(x[idx]) - y[idx]) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model
+
+
+def test_accelerated_equals_plain_on_trained_pairs():
+    torch.manual_seed(0)
+    a = _train(MLP(30, 5, width=32, depth=3), 1)
+    b = _train(MLP(30, 5, width=32, depth=3), 2)
+    plain = weight_matching(a, b, method="plain")
+    fast = weight_matching(a, b, method="accelerated")
+    assert fast.objective == pytest.approx(plain.objective, rel=1e-6)
+    assert permutation_equal(fast.perm, plain.perm)
+
+
+def test_warm_start_carries_permutation_and_duals():
+    torch.manual_seed(0)
+    a, b = VGG(11, width=1 / 8), VGG(11, width=1 / 8)
+    first = weight_matching(a, b, method="accelerated")
+    assert isinstance(first.state, MatchingState) and set(first.state.duals) == set(first.perm)
+    again = weight_matching(a, b, method="accelerated", init=first.state)
+    assert again.sweeps == 1 and again.solves == len(first.perm) and again.converged
+    assert permutation_equal(again.perm, first.perm) and again.objective == first.objective
+    # the reference moves a little: warm accelerated == plain started from the same permutation
+    sa = {
+        k: v + 1e-3 * torch.randn_like(v) if v.is_floating_point() else v
+        for k, v in a.state_dict().items()
+    }
+    warm = weight_matching(sa, b.state_dict(), spec_for(a), method="accelerated", init=first.state)
+    plain = weight_matching(sa, b.state_dict(), spec_for(a), method="plain", init=first.perm)
+    assert warm.objective == pytest.approx(plain.objective, rel=1e-6)
+
+
+def test_duals_are_optimal_for_the_final_cost_matrix():
+    rng = np.random.default_rng(0)
+    cost = rng.normal(size=(40, 40))
+    sol = lapjv_solver(cost)
+    reduced = cost - sol.u[:, None] - sol.v[None, :]
+    assert reduced.min() > -1e-9 and np.abs(reduced[np.arange(40), sol.perm]).max() < 1e-9
+    assert np.isclose(
+        cost[np.arange(40), sol.perm].sum(), cost[np.arange(40), scipy_solver(cost).perm].sum()
+    )
+
+
+def test_solver_is_pluggable_and_timed():
+    torch.manual_seed(0)
+    a, b = MLP(20, 4, width=10, depth=2), MLP(20, 4, width=10, depth=2)
+    calls = []
+
+    def my_solver(cost: np.ndarray) -> LapSolution:
+        calls.append(cost.shape)
+        return lapjv_solver(cost)
+
+    res = weight_matching(a, b, method="accelerated", solver=my_solver)
+    ref = weight_matching(a, b, method="plain", solver="scipy")
+    assert len(calls) == res.solves > 0 and res.solve_seconds > 0
+    assert 0 < res.solve_share < 1 and res.objective == pytest.approx(ref.objective)
+    with pytest.raises(ValueError, match="duals"):
+        weight_matching(a, b, method="accelerated", solver="scipy")
+    with pytest.raises(ValueError, match="unknown LAP solver"):
+        weight_matching(a, b, solver="nope")
+
+
+def test_max_sweeps_and_keys():
+    torch.manual_seed(0)
+    a, b = ResNet(20, width=0.5), ResNet(20, width=0.5)
+    res = weight_matching(a, b, max_sweeps=1)
+    assert res.sweeps == 1 and not res.converged and len(res.history) == 2
+    weights = [k for k in a.state_dict() if k.endswith("weight")]
+    only_w = weight_matching(a, b, keys=weights)
+    assert only_w.converged
+
+
+def test_input_errors_name_the_key():
+    a, b = MLP(20, 4, width=10, depth=2), MLP(20, 4, width=12, depth=2)
+    with pytest.raises(SpecError, match="layers.0.weight"):
+        weight_matching(a, b)
+    b = MLP(20, 4, width=10, depth=2)
+    state = dict(b.state_dict())
+    state["layers.1.bias"] = torch.full_like(state["layers.1.bias"], float("inf"))
+    with pytest.raises(SpecError, match="layers.1.bias"):
+        weight_matching(a.state_dict(), state, spec_for(a))
+    with pytest.raises(ValueError, match="spec is required"):
+        weight_matching(a.state_dict(), b.state_dict())
