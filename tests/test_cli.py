@@ -87,8 +87,8 @@ def _fit_quick(root: Path, *extra: str) -> Path:
     run_cli(
         "fit",
         "-c",
-        str(CONFIGS / "quickstart.yaml"),
-        "--trainer.max_epochs=2",
+        str(CONFIGS / "synthetic" / "teacher_student.yaml"),
+        "--trainer.max_epochs=3",
         f"--trainer.default_root_dir={root}",
         "--data.init_args.n_train=400",
         *extra,
@@ -134,7 +134,7 @@ def test_wandb_offline_run_holds_logged_metrics_and_config(tmp_path):
     )
     assert summary["summary"]["test/loss"] < 1.0
     assert summary["config"]["data"]["class_path"] == "lmc.data.TeacherStudentDataModule"
-    assert summary["tags"] == ["quickstart"]
+    assert summary["tags"] == ["synthetic", "teacher-student"]
 
 
 def test_test_subcommand_from_saved_config_and_checkpoint(tmp_path):
@@ -151,7 +151,7 @@ def test_csv_logger_overlay(tmp_path):
     run_cli(
         "fit",
         "-c",
-        str(CONFIGS / "quickstart.yaml"),
+        str(CONFIGS / "synthetic" / "teacher_student.yaml"),
         "-c",
         str(CONFIGS / "loggers" / "csv.yaml"),
         "--trainer.max_epochs=1",
@@ -159,7 +159,8 @@ def test_csv_logger_overlay(tmp_path):
         f"--trainer.logger.init_args.save_dir={tmp_path}",
     )
     [run] = run_dirs(tmp_path)
-    assert (run / "metrics.csv").read_text().count("val/loss") == 1
+    header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"val/loss", "val/mse", "train/loss", "test/loss"} <= set(header)
     assert checkpoints(run)
 
 
@@ -183,6 +184,7 @@ def test_missing_dataset_is_a_clear_error(tmp_path):
 def test_malformed_config_names_the_key(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text((CONFIGS / "quickstart.yaml").read_text().replace("width: 16", "widht: 16"))
+    assert "widht" in bad.read_text()
     with pytest.raises(SystemExit) as err:
         run_cli("fit", "-c", str(bad))
     assert err.value.code != 0
@@ -208,3 +210,24 @@ def test_help_and_module_entry_point():
     with pytest.raises(SystemExit) as err:
         run_cli("--help")
     assert err.value.code == 0
+
+
+def test_quickstart_trains_two_models_and_matching_removes_the_barrier(tmp_path):
+    import json
+
+    run_cli(
+        "fit",
+        "-c",
+        str(CONFIGS / "quickstart.yaml"),
+        "--trainer.max_epochs=8",
+        "--model.init_args.num_alphas=9",
+        f"--trainer.default_root_dir={tmp_path}",
+    )
+    [run] = run_dirs(tmp_path)
+    summary = json.loads((run / "summary.json").read_text())["summary"]
+    assert summary["barrier_loss_naive"] > 0.02
+    assert summary["barrier_loss_matched"] < 0.2 * summary["barrier_loss_naive"]
+    assert (run / "interpolation.png").exists() and (run / "config.yaml").exists()
+    [wrun] = wandb_run_dirs(tmp_path)
+    logged = read_wandb_summary(wrun)["summary"]
+    assert logged["interp/barrier_loss_matched"] == pytest.approx(summary["barrier_loss_matched"])

@@ -53,3 +53,35 @@ def init_weights(module: nn.Module, scheme: InitScheme = "default", scale: float
         elif isinstance(m, _NORMS) and scheme != "default" and m.weight is not None:
             m.weight.fill_(1.0)
             m.bias.zero_()
+
+
+@torch.no_grad()
+def reinitialize(module: nn.Module, seed: int) -> nn.Module:
+    """Draw fresh initial weights for ``module`` from ``seed`` without touching the global RNG.
+
+    Uses the module's own ``reset_parameters()`` when it has one (all built-in models do, and
+    reproduce their configured init scheme); otherwise resets every submodule that can.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+        else:
+            for m in module.modules():
+                if m is not module and hasattr(m, "reset_parameters"):
+                    m.reset_parameters()
+    return module
+
+
+class ResettableMixin:
+    """``reset_parameters()`` for built-in models: PyTorch's default init, then the model's scheme."""
+
+    init_scheme: InitScheme = "default"
+    init_scale: float = 1.0
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        for m in self.modules():  # type: ignore[attr-defined]
+            if m is not self and hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+        init_weights(self, self.init_scheme, self.init_scale)  # type: ignore[arg-type]

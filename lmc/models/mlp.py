@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
-from lmc.models.init import InitScheme, init_weights
+from lmc.models.init import InitScheme, ResettableMixin, init_weights
 from lmc.models.layers import Activation, Norm, make_activation, make_norm1d
 
 
-class MLP(nn.Module):
+class MLP(ResettableMixin, nn.Module):
     """Multi-layer perceptron: ``depth`` hidden layers of ``width`` units.
 
     Inputs of any shape are flattened. Hidden layer ``i`` is ``layers.i`` (Linear), followed by
@@ -50,6 +51,7 @@ class MLP(nn.Module):
         self.norms = nn.ModuleList(make_norm1d(norm, width) for _ in range(depth))
         self.acts = nn.ModuleList(make_activation(activation) for _ in range(depth))
         self.head = nn.Linear(dims[-1], out_features, bias=bias)
+        self.init_scheme, self.init_scale = init, init_scale
         init_weights(self, init, init_scale)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -76,14 +78,20 @@ class TwoLayerReLU(nn.Module):
         bias: bool = False,
     ) -> None:
         super().__init__()
+        self.init_std = init_std
         self.hidden = nn.Linear(in_features, width, bias=bias)
         self.act = nn.ReLU()
         self.head = nn.Linear(width, 1, bias=False)
-        nn.init.normal_(self.hidden.weight, 0.0, init_std)
-        if bias:
+        self.head.weight.requires_grad_(train_output)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """N(0, init_std^2) student neurons, zero bias, output weights 1 (003 B.1)."""
+        nn.init.normal_(self.hidden.weight, 0.0, self.init_std)
+        if self.hidden.bias is not None:
             nn.init.zeros_(self.hidden.bias)
         nn.init.ones_(self.head.weight)
-        self.head.weight.requires_grad_(train_output)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.act(self.hidden(x)))

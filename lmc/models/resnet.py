@@ -6,7 +6,7 @@ from typing import Literal
 
 from torch import Tensor, nn
 
-from lmc.models.init import InitScheme, init_weights
+from lmc.models.init import InitScheme, ResettableMixin, init_weights
 from lmc.models.layers import make_norm2d
 
 ResNetNorm = Literal["batch", "layer"]
@@ -38,7 +38,7 @@ class BasicBlock(nn.Module):
         return self.act2(out + self.shortcut(x))
 
 
-class ResNet(nn.Module):
+class ResNet(ResettableMixin, nn.Module):
     """ResNet-(6n+2) for small images: a stem, three stages of ``n`` blocks, global pool, linear.
 
     Stage widths are 16, 32, 64 times ``width`` (16 gives the 004 ResNet-20 x16). Every block of a
@@ -86,6 +86,7 @@ class ResNet(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.flatten = nn.Flatten()
         self.linear = nn.Linear(widths[-1], num_classes)
+        self.init_scheme, self.init_scale = init, init_scale
         init_weights(self, init, init_scale)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from lmc.models.init import InitScheme, init_weights
+from lmc.models.init import InitScheme, ResettableMixin, init_weights
 from lmc.models.layers import Norm, make_norm2d
 
 # (out channels, kernel, stride, padding) of the eight conv layers; the logits layer is the tenth
@@ -21,7 +21,7 @@ TINYTEN_LAYERS = [
 ]
 
 
-class TinyTen(nn.Module):
+class TinyTen(ResettableMixin, nn.Module):
     """Eight conv-norm-ReLU layers, global average pooling and a linear classifier.
 
     ``features`` is an ``nn.Sequential`` of conv / norm / ReLU triples; ``classifier`` the logits.
@@ -52,6 +52,7 @@ class TinyTen(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.flatten = nn.Flatten()
         self.classifier = nn.Linear(channels, num_classes)
+        self.init_scheme, self.init_scale = init, init_scale
         init_weights(self, init, init_scale)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from torch import Tensor, nn
 
-from lmc.models.init import InitScheme, init_weights
+from lmc.models.init import InitScheme, ResettableMixin, init_weights
 from lmc.models.layers import Norm, make_norm2d
 
 VGG_CONFIGS: dict[int, list[int | str]] = {
@@ -15,7 +15,7 @@ VGG_CONFIGS: dict[int, list[int | str]] = {
 }
 
 
-class VGG(nn.Module):
+class VGG(ResettableMixin, nn.Module):
     """VGG with 3x3 convs, optional norm, ReLU and 2x2 max-pools, then one linear classifier.
 
     ``features`` is an ``nn.Sequential`` of conv / norm / ReLU / pool modules; the classifier is
@@ -61,6 +61,7 @@ class VGG(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.flatten = nn.Flatten()
         self.classifier = nn.Linear(channels, num_classes)
+        self.init_scheme, self.init_scale = init, init_scale
         init_weights(self, init, init_scale)
 
     def forward(self, x: Tensor) -> Tensor:

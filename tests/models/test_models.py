@@ -95,3 +95,26 @@ def test_bad_names_are_reported():
         ResNet(depth=21)
     with pytest.raises(ValueError, match="init scheme"):
         init_weights(MLP(), "orthogonal")
+
+
+@pytest.mark.parametrize(("factory", "shape", "out"), CASES)
+def test_reinitialize_is_seeded_and_keeps_the_scheme(factory, shape, out):
+    from lmc.models import reinitialize
+
+    a, b = factory(), factory()
+    reinitialize(a, 7)
+    reinitialize(b, 7)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    before = {k: v.clone() for k, v in sa.items()}
+    reinitialize(b, 8)
+    assert any(
+        not torch.equal(before[k], v) for k, v in b.state_dict().items() if v.is_floating_point()
+    )
+
+
+def test_reinitialize_keeps_he_scale():
+    from lmc.models import reinitialize
+
+    m = reinitialize(MLP(1000, 10, width=2000, depth=1, init="he_normal", init_scale=0.3), 1)
+    assert m.layers[0].weight.std().item() == pytest.approx(0.3 * (2 / 1000) ** 0.5, rel=0.02)

@@ -1,0 +1,110 @@
+"""Train several independently initialised copies of a network in one ``fit``, then measure
+the barriers between them before and after matching (the quickstart's main job)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from lightning.pytorch.cli import OptimizerCallable
+from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor, nn
+
+from lmc.interpolation.evaluate import LossName, batch_loss
+from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
+from lmc.models.init import reinitialize
+from lmc.tasks.classification import _adam
+from lmc.tasks.interpolation import default_loss, split_batches
+from lmc.tasks.report import log_study
+
+
+class TrainAndInterpolateTask(L.LightningModule):
+    """``num_models`` copies of ``net`` with different initialisations, trained on the same
+    batches by one optimizer (the models do not interact: the loss is a sum), then compared.
+
+    Model 0 keeps ``net``'s initial weights; model ``i`` is re-initialised from a seed drawn
+    from the global RNG, so ``seed_everything`` fixes all of them. When training ends, the
+    interpolation study of :class:`~lmc.tasks.InterpolationTask` runs on the trained models and
+    its barriers, plots, ``interpolation.png`` and ``summary.json`` are logged.
+
+    Args:
+        net: the architecture.
+        num_models: how many models to train (2 gives one naive and one matched path).
+        optimizer: optimizer over all models' parameters.
+        loss: training/evaluation loss; default from the data module's task.
+        matcher, repair, num_alphas, splits: as in :class:`~lmc.tasks.InterpolationTask`.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        num_models: int = 2,
+        optimizer: OptimizerCallable = _adam,
+        loss: LossName | None = None,
+        matcher: Matcher = "weight",
+        repair: Repair = "none",
+        num_alphas: int = 25,
+        splits: list[Literal["train", "val", "test"]] | None = None,
+    ) -> None:
+        super().__init__()
+        if _given_hyperparameters.get() is None:
+            self.save_hyperparameters(ignore=["net", "optimizer"])
+        else:
+            self.save_hyperparameters()
+        if num_models < 2:
+            raise ValueError(f"num_models must be at least 2, got {num_models}")
+        seeds = torch.randint(0, 2**31 - 1, (num_models - 1,)).tolist()
+        self.nets = nn.ModuleList([net] + [reinitialize(copy.deepcopy(net), s) for s in seeds])
+        self.optimizer = optimizer
+        self.loss_name = loss
+        self.matcher, self.repair, self.num_alphas = matcher, repair, num_alphas
+        self.splits = list(splits) if splits else ["train", "test"]
+        self.result: StudyResult | None = None
+
+    @property
+    def _loss(self) -> LossName:
+        return self.loss_name or default_loss(self.trainer.datamodule)
+
+    def _step(self, batch: Any, stage: str) -> Tensor:
+        x, y = batch
+        total = 0.0
+        for i, net in enumerate(self.nets):
+            loss = batch_loss(net(x), y, self._loss) / x.shape[0]
+            self.log(f"{stage}/loss_{i}", loss.detach(), on_step=False, on_epoch=True)
+            total = total + loss
+        return total
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self._step(batch, "train")
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._step(batch, "val")
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.optimizer(self.parameters())
+
+    def on_train_end(self) -> None:
+        dm = self.trainer.datamodule
+        splits = split_batches(dm, self.splits, None, self.device)
+        align = split_batches(dm, ["train"], None, self.device)["train"]
+        states = [{k: v.detach().clone() for k, v in net.state_dict().items()} for net in self.nets]
+        self.result = interpolation_study(
+            self.nets[0],
+            states,
+            splits,
+            self.matcher,
+            self.repair,
+            align,
+            self.num_alphas,
+            self._loss,
+        )
+        out = log_study(self.trainer, self.result)
+        s = self.result.summary
+        rank_zero_info(
+            f"\nBarrier between the trained models ({self.splits[-1]} split): loss "
+            f"{s['barrier_loss_naive']:.4g} naive -> {s.get('barrier_loss_matched', float('nan')):.4g} "
+            f"matched ({self.matcher} matching). Figure and summary: {out}\n"
+        )
