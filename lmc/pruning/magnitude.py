@@ -42,7 +42,7 @@ def magnitude_mask(weight: Tensor, rate: float, mask: Tensor | None = None) -> T
         ValueError: ``rate`` is below the current mask's sparsity (masks never shrink).
     """
     k = num_pruned(rate, weight.numel())
-    score = weight.detach().abs().reshape(-1).double()
+    score = weight.detach().abs().reshape(-1)
     if mask is not None:
         already = int((mask == 0).sum())
         if already > k:
