@@ -1,0 +1,299 @@
+"""Weight-matching speed: plain (004 Alg. 2) vs accelerated (Alg. 3, dual warm start) vs a
+straightforward scipy reference implementation of the same coordinate descent.
+
+Two regimes, as 004 Fig. 2 measures them:
+
+(a) repeated matching, as STE / STE-MM call it every step: the reference (target) model moves a
+    little between calls (``--drift`` times each tensor's std, Gaussian) and the previous
+    permutation (plain, reference) or permutation and duals (accelerated) are carried over;
+    mean time per call. Architectures: ResNet-20 x16 and VGG-11 x4 (random init, as the issue
+    allows; training them on 2 CPU cores is out of reach) and the MNIST MLP.
+(b) a single cold call (identity start) on the MNIST MLP pair (784-512-512-512-10, each trained
+    one epoch on MNIST from ``$LMC_DATA_DIR/MNIST/raw``, cached under ``benchmarks/.cache``;
+    random init with a note if the data is missing); median of ``--repeats`` calls.
+
+Run ``python benchmarks/weight_matching.py`` (CPU, no arguments). The last line holds the
+key=value results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+from torch import Tensor, nn
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lmc.models import MLP, VGG, ResNet  # noqa: E402
+from lmc.permutation import PermutationSpec, spec_for, weight_matching  # noqa: E402
+
+CACHE = ROOT / "benchmarks" / ".cache"
+
+
+# -- the straightforward reference --------------------------------------------------------------
+def reference_weight_matching(
+    spec: PermutationSpec,
+    a: Mapping[str, Tensor],
+    b: Mapping[str, Tensor],
+    init: Mapping[str, Tensor] | None = None,
+    max_sweeps: int = 100,
+    seed: int = 0,
+) -> dict:
+    """Permutation coordinate descent written the obvious way (Ainsworth et al. 2023): every
+    sweep rebuilds every group's cost matrix from freshly permuted copies and solves it with
+    scipy; stop after a sweep in which no group improved."""
+    t0 = time.perf_counter()
+    sizes = spec.sizes(a)
+    perm = {g: (init[g].clone() if init is not None else torch.arange(n)) for g, n in sizes.items()}
+    groups = list(spec.groups)
+    rng = np.random.default_rng(seed)
+    solve, sweeps = 0.0, 0
+    for _ in range(max_sweeps):
+        sweeps += 1
+        progress = False
+        for i in rng.permutation(len(groups)):
+            g = groups[i]
+            n = sizes[g]
+            cost = torch.zeros(n, n)
+            for key, axis in spec.groups[g]:
+                wa, wb = a[key], b[key]
+                for ax, h in enumerate(spec.axes[key]):
+                    if ax != axis and h is not None:
+                        wb = torch.index_select(wb, ax, perm[h])
+                wa = torch.movedim(wa, axis, 0).reshape(n, -1)
+                wb = torch.movedim(wb, axis, 0).reshape(n, -1)
+                cost += wa @ wb.T
+            cost = cost.numpy()
+            ts = time.perf_counter()
+            _, ci = linear_sum_assignment(cost, maximize=True)
+            solve += time.perf_counter() - ts
+            old = cost[np.arange(n), perm[g].numpy()].sum()
+            new = cost[np.arange(n), ci].sum()
+            progress = progress or new > old + 1e-12
+            perm[g] = torch.as_tensor(ci)
+        if not progress:
+            break
+    return {"perm": perm, "seconds": time.perf_counter() - t0, "solve": solve, "sweeps": sweeps}
+
+
+# -- models -----------------------------------------------------------------------------------
+def _read_idx(path: Path) -> np.ndarray:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def _mnist(split: str) -> tuple[Tensor, Tensor] | None:
+    raw = Path(os.environ.get("LMC_DATA_DIR", ROOT / "data")) / "MNIST" / "raw"
+    prefix = "train" if split == "train" else "t10k"
+    found = []
+    for kind in ("images-idx3", "labels-idx1"):
+        paths = [raw / f"{prefix}-{kind}-ubyte{ext}" for ext in ("", ".gz")]
+        path = next((p for p in paths if p.exists()), None)
+        if path is None:
+            return None
+        found.append(_read_idx(path))
+    x = torch.from_numpy(found[0].astype(np.float32) / 255.0)
+    x = ((x - 0.1307) / 0.3081).reshape(len(x), -1)
+    return x, torch.from_numpy(found[1].astype(np.int64))
+
+
+def mnist_mlp_pair() -> tuple[nn.Module, nn.Module, str]:
+    """Two 784-512-512-512-10 MLPs trained one epoch on MNIST (seeds 0, 1), cached."""
+    models, note = [], "trained 1 epoch on MNIST (Adam 1e-3, batch 128)"
+    train = None
+    for seed in (0, 1):
+        path = CACHE / f"mnist_mlp512x3_seed{seed}.pt"
+        torch.manual_seed(seed)
+        model = MLP(784, 10, width=512, depth=3)
+        if path.exists():
+            model.load_state_dict(torch.load(path, weights_only=True))
+            models.append(model)
+            continue
+        train = train if train is not None else _mnist("train")
+        if train is None:
+            note = "MNIST not found under $LMC_DATA_DIR/MNIST/raw: random init"
+            models.append(model)
+            continue
+        x, y = train
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
+        for idx in order.split(128):
+            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        CACHE.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), path)
+        models.append(model)
+    test = _mnist("test")
+    if test is not None and "random" not in note:
+        with torch.no_grad():
+            accs = [float((m(test[0]).argmax(1) == test[1]).float().mean()) for m in models]
+        note += f", test acc {accs[0]:.3f} / {accs[1]:.3f}"
+    return models[0], models[1], note
+
+
+def _state(model: nn.Module) -> dict[str, Tensor]:
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def _drift(state: Mapping[str, Tensor], eps: float, gen: torch.Generator) -> dict[str, Tensor]:
+    out = {}
+    for k, v in state.items():
+        if v.is_floating_point() and v.numel() > 1:
+            v = v + eps * float(v.std()) * torch.randn(v.shape, generator=gen)
+        out[k] = v
+    return out
+
+
+# -- regimes ----------------------------------------------------------------------------------
+def _fmt(name: str, seconds: float, sweeps: float, solve: float) -> str:
+    share = solve / seconds if seconds else 0.0
+    return f"{name} {seconds:8.3f}s  sweeps {sweeps:4.1f}  solve share {share:5.1%}"
+
+
+def regime_repeat(
+    label: str,
+    a: nn.Module,
+    b: nn.Module,
+    calls: int,
+    drift: float,
+    with_reference: bool,
+) -> float:
+    """Regime (a); returns plain per-call time / accelerated per-call time."""
+    spec = spec_for(a)
+    target, source = _state(a), _state(b)
+    n_params = sum(t.numel() for t in source.values())
+    cold = weight_matching(target, source, spec, method="accelerated")
+    print(
+        f"[{label}] {n_params / 1e6:.1f}M params, {len(spec.groups)} groups; cold accelerated "
+        f"call to start: {cold.seconds:.2f}s, {cold.sweeps} sweeps, {cold.solves} solves"
+    )
+    gen = torch.Generator().manual_seed(0)
+    perm_plain, perm_ref, state = cold.perm, cold.perm, cold.state
+    rows: dict[str, list[tuple[float, int, float, float]]] = {
+        "plain": [],
+        "accelerated": [],
+        "reference": [],
+    }
+    for t in range(calls):
+        target = _drift(target, drift, gen)
+        r = weight_matching(target, source, spec, method="plain", init=perm_plain, seed=t)
+        perm_plain = r.perm
+        rows["plain"].append((r.seconds, r.sweeps, r.solve_seconds, r.cost_seconds))
+        r = weight_matching(target, source, spec, method="accelerated", init=state, seed=t)
+        state = r.state
+        rows["accelerated"].append((r.seconds, r.sweeps, r.solve_seconds, r.cost_seconds))
+        if with_reference:
+            ref = reference_weight_matching(spec, target, source, init=perm_ref, seed=t)
+            perm_ref = ref["perm"]
+            rows["reference"].append((ref["seconds"], ref["sweeps"], ref["solve"], float("nan")))
+    means = {}
+    for name, vals in rows.items():
+        if not vals:
+            continue
+        sec, sw, so, co = (statistics.fmean(v[i] for v in vals) for i in range(4))
+        means[name] = (sec, so)
+        cost = f"  cost-matrix share {co / sec:5.1%}" if co == co else ""
+        print(f"[{label}] (a) per call, {name:11s}: " + _fmt("", sec, sw, so) + cost)
+    speedup = means["plain"][0] / means["accelerated"][0]
+    solve_speedup = means["plain"][1] / max(means["accelerated"][1], 1e-12)
+    print(
+        f"[{label}] (a) speed-up accelerated vs plain: {speedup:.2f}x per call "
+        f"(LAP solves alone: {solve_speedup:.2f}x), {calls} calls, drift {drift:g} x std"
+    )
+    return speedup
+
+
+def _median_call(
+    fn: Callable[[], tuple[float, int, float]], repeats: int
+) -> tuple[float, int, float]:
+    runs = [fn() for _ in range(repeats)]
+    runs.sort()
+    return runs[len(runs) // 2]
+
+
+def regime_cold(label: str, a: nn.Module, b: nn.Module, repeats: int) -> tuple[float, float]:
+    """Regime (b); returns (plain / reference, accelerated / reference) time ratios."""
+    spec = spec_for(a)
+    target, source = _state(a), _state(b)
+
+    def ref() -> tuple[float, int, float]:
+        r = reference_weight_matching(spec, target, source)
+        return r["seconds"], r["sweeps"], r["solve"]
+
+    def run(method: str) -> Callable[[], tuple[float, int, float]]:
+        def fn() -> tuple[float, int, float]:
+            r = weight_matching(target, source, spec, method=method)  # type: ignore[arg-type]
+            return r.seconds, r.sweeps, r.solve_seconds
+
+        return fn
+
+    weight_matching(target, source, spec)  # warm-up (allocator, BLAS threads)
+    res = {
+        "reference": _median_call(ref, repeats),
+        "plain": _median_call(run("plain"), repeats),
+        "accelerated": _median_call(run("accelerated"), repeats),
+    }
+    for name, (sec, sw, so) in res.items():
+        print(f"[{label}] (b) cold call, {name:11s}: " + _fmt("", sec, sw, so))
+    base = res["reference"][0]
+    return res["plain"][0] / base, res["accelerated"][0] / base
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run both regimes and print the key=value summary line last."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--calls", type=int, default=2, help="repeated calls per big model in (a)")
+    p.add_argument("--drift", type=float, default=0.01, help="reference move per call, x std")
+    p.add_argument("--repeats", type=int, default=5, help="cold calls on the MLP in (b)")
+    p.add_argument("--quick", action="store_true", help="small widths, for a smoke test")
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+    torch.manual_seed(0)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
+
+    mlp_a, mlp_b, note = mnist_mlp_pair()
+    print(f"[mnist-mlp] {note}")
+    # 512x512 products gain nothing from a second thread, and one thread keeps the timing of
+    # these millisecond-scale steps stable when other processes share the cores
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    plain_vs_ref, accel_vs_ref = regime_cold("mnist-mlp", mlp_a, mlp_b, args.repeats)
+    regime_repeat("mnist-mlp", mlp_a, mlp_b, 5, args.drift, with_reference=True)
+    torch.set_num_threads(threads)
+
+    rw, vw = (2, 0.5) if args.quick else (16, 4)
+    torch.manual_seed(1)
+    res_a, res_b = ResNet(20, width=rw), ResNet(20, width=rw)
+    resnet = regime_repeat(
+        f"resnet20x{rw}", res_a, res_b, args.calls, args.drift, with_reference=True
+    )
+    del res_a, res_b
+    torch.manual_seed(2)
+    vgg_a, vgg_b = VGG(11, width=vw), VGG(11, width=vw)
+    vgg = regime_repeat(f"vgg11x{vw:g}", vgg_a, vgg_b, args.calls, args.drift, with_reference=False)
+    print(f"total {time.perf_counter() - t0:.0f}s")
+    print(
+        f"wm_repeat_speedup_resnet20x16={resnet:.3f} wm_repeat_speedup_vgg11x4={vgg:.3f} "
+        f"wm_mlp_plain_vs_reference={plain_vs_ref:.3f} wm_mlp_accel_vs_reference={accel_vs_ref:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
