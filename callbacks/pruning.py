@@ -32,8 +32,8 @@ class MagnitudePruning(L.Callback):
     the last optimizer step (end of ``max_epochs`` or ``max_steps``), so the final validation,
     the last checkpoint and ``test_after_fit`` see the pruned model.
 
-    Checkpoints always hold the dense keys (``weight = weight_orig * weight_mask``), so they load
-    into an unpruned model; the masks (and the lottery-ticket init) travel in this callback's
+    Checkpoints always hold the dense keys (pruned layers serialise as ``weight = weight_orig *
+    weight_mask``, also with ``save_weights_only``), so they load into an unpruned model; the masks (and the lottery-ticket init) travel in this callback's
     state and are re-applied when a run resumes. With ``permanent_at_end`` the masks are folded
     into plain parameters when training ends, ready for matching and merging. Logs
     ``prune/rate`` and ``prune/sparsity/<layer>`` after every epoch.

@@ -6,14 +6,22 @@ even for constant weights. Masks are registered with ``prune.custom_from_mask``:
 ``weight_orig`` (the same ``Parameter`` object, so optimizers keep updating it) and a
 ``weight_mask`` buffer, and its forward uses ``weight = weight_orig * weight_mask``. Masked
 entries therefore stay zero while fine-tuning. Pruning again only grows a mask: entries masked
-before stay masked. :func:`make_permanent` turns every layer back into a plain parameter with the
-dense model's state-dict keys, as matching and merging expect.
+before stay masked.
+
+While pruned, a layer still *serialises* like the dense one: a state-dict hook replaces
+``weight_orig``/``weight_mask`` by ``weight = weight_orig * weight_mask`` (dense keys, dense
+order), so every checkpoint (Lightning's ``save_weights_only`` too) and every state-dict consumer
+(matching, interpolation) sees a dense model; loading a dense state dict into a pruned layer
+writes ``weight_orig`` and keeps the current mask. The masks themselves are read with
+:func:`get_masks`. :func:`make_permanent` turns every layer back into a plain parameter and
+removes all hooks, as matching and merging expect.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -57,6 +65,34 @@ def magnitude_mask(weight: Tensor, rate: float, mask: Tensor | None = None) -> T
     return new.view_as(weight)
 
 
+def _dense_state_dict(module: nn.Module, state: dict, prefix: str, local_metadata: Any) -> None:
+    """State-dict post-hook: ``weight_orig``/``weight_mask`` -> ``weight``, weight first."""
+    orig, mask = prefix + "weight_orig", prefix + "weight_mask"
+    if orig not in state or mask not in state:
+        return
+    own = [k for k in list(state) if k.startswith(prefix) and "." not in k[len(prefix) :]]
+    values = {k: state.pop(k) for k in own}
+    state[prefix + "weight"] = (values.pop(orig) * values.pop(mask)).detach()
+    state.update(values)
+
+
+def _load_dense(module: nn.Module, state: dict, prefix: str, *args: Any) -> None:
+    """Load pre-hook: a dense ``weight`` goes into ``weight_orig``; the current mask is kept."""
+    if prefix + "weight" in state and prefix + "weight_orig" not in state and is_pruned(module):
+        state[prefix + "weight_orig"] = state.pop(prefix + "weight")
+        state.setdefault(prefix + "weight_mask", module.weight_mask)
+
+
+def _remove_dense_hooks(module: nn.Module) -> None:
+    # by identity, not by handle: handles of a deep-copied module would point at the original
+    for key, hook in list(module._state_dict_hooks.items()):
+        if hook is _dense_state_dict:
+            del module._state_dict_hooks[key]
+    for key, hook in list(module._load_state_dict_pre_hooks.items()):
+        if getattr(hook, "hook", None) is _load_dense:
+            del module._load_state_dict_pre_hooks[key]
+
+
 @torch.no_grad()
 def _set_mask(module: nn.Module, mask: Tensor) -> None:
     if is_pruned(module):
@@ -64,6 +100,8 @@ def _set_mask(module: nn.Module, mask: Tensor) -> None:
         module.weight = module.weight_orig * module.weight_mask  # refresh until next forward
     else:
         prune.custom_from_mask(module, "weight", mask.to(module.weight.device, module.weight.dtype))
+        module.register_state_dict_post_hook(_dense_state_dict)
+        module.register_load_state_dict_pre_hook(_load_dense)
 
 
 def prune_magnitude(
@@ -95,7 +133,7 @@ def apply_masks(model: nn.Module, masks: Mapping[str, Tensor]) -> None:
 
 
 def get_masks(model: nn.Module) -> dict[str, Tensor]:
-    """The current masks of every pruned layer, by layer name."""
+    """The current masks (the ``weight_mask`` buffers) of every pruned layer, by layer name."""
     return {n: m.weight_mask for n, m in weight_layers(model).items() if is_pruned(m)}
 
 
@@ -103,6 +141,7 @@ def make_permanent(model: nn.Module) -> nn.Module:
     """Fold every mask into a plain ``weight`` parameter (no hooks, dense state-dict keys)."""
     for module in weight_layers(model).values():
         if is_pruned(module):
+            _remove_dense_hooks(module)
             prune.remove(module, "weight")
             # prune.remove re-registers `weight` last; put it back first, as in the dense layer
             params = dict(module._parameters)
@@ -122,6 +161,9 @@ def layer_sparsity(model: nn.Module, layers: Iterable[str] | None = None) -> dic
 
 def fold_masks(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """A state dict with every ``X_orig``/``X_mask`` pair replaced by ``X = orig * mask``.
+
+    For state dicts of layers pruned by plain ``torch.nn.utils.prune`` (layers pruned here already
+    serialise densely).
 
     The result loads into the dense (unpruned) model and has its keys in its order (the folded
     weight first among its module's entries, as in Linear/Conv layers).

@@ -42,7 +42,11 @@ class Probe(L.Callback):
 
 def test_finetune_once_logs_schedule_keeps_masks_and_saves_dense_checkpoints(fit, tmp_path):
     pruning = MagnitudePruning("finetune_once", rate=0.5, prune_epoch=1)
-    trainer, task, rows = fit([pruning, _ckpt(tmp_path)], max_epochs=3, enable_checkpointing=True)
+    weights_only = ModelCheckpoint(  # a monitor only to differ from the other one's state key
+        dirpath=tmp_path / "w", save_top_k=-1, save_weights_only=True, monitor="train/loss"
+    )
+    callbacks = [pruning, _ckpt(tmp_path), weights_only]
+    trainer, task, rows = fit(callbacks, max_epochs=3, enable_checkpointing=True)
     assert [v for _, v in series(rows, "prune/rate")] == [0.0, 0.5, 0.5]
     for name, module in weight_layers(task.net).items():
         n = module.weight.numel()
@@ -55,6 +59,8 @@ def test_finetune_once_logs_schedule_keeps_masks_and_saves_dense_checkpoints(fit
     assert list(e1) == dense_keys and list(e2) == dense_keys
     fresh = tiny_task(seed=1)
     fresh.load_state_dict(e1)  # strict load into the dense model
+    w1 = load_checkpoint(tmp_path / "w" / "epoch=1-step=8.ckpt")["state_dict"]  # no callback hooks
+    assert list(w1) == dense_keys and all(torch.equal(w1[k], e1[k]) for k in w1)
     for name in LAYERS:
         assert torch.equal(_zeros(e1, name), _zeros(e2, name))  # fixed while fine-tuning
         assert int(_zeros(e2, name).sum()) == math.floor(0.5 * e2[f"net.{name}.weight"].numel())

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
 from torch import nn
+from torch.nn.utils import prune
 
 from lmc.metrics import weight_layers
 from lmc.models import MLP
@@ -128,18 +130,54 @@ def test_make_permanent_gives_plain_parameters_and_dense_keys():
     assert torch.equal(fresh(x), before)
 
 
-def test_fold_masks_loads_into_the_dense_model():
+def test_pruned_model_serialises_and_loads_like_the_dense_model():
     model = _mlp()
+    dense_keys = list(model.state_dict())
     prune_magnitude(model, 0.3)
     state = model.state_dict()
-    assert any(k.endswith("weight_mask") for k in state)
+    assert list(state) == dense_keys  # no weight_orig/weight_mask, dense order
+    assert list(model.state_dict(keep_vars=True)) == dense_keys
+    assert torch.equal(
+        state["layers.0.weight"], model.layers[0].weight_orig * model.layers[0].weight_mask
+    )
+    dense = _mlp(seed=2)
+    dense.load_state_dict(state)  # strict
+    x = torch.randn(3, 12)
+    assert torch.equal(dense(x), model(x))
+    # a dense state loads into the pruned model: values into weight_orig, the mask is kept
+    mask = model.layers[0].weight_mask.clone()
+    model.load_state_dict(_mlp(seed=3).state_dict())
+    assert torch.equal(model.layers[0].weight_mask, mask)
+    assert torch.equal(model.layers[0].weight_orig, _mlp(seed=3).layers[0].weight)
+    assert bool((effective(model)[mask == 0] == 0).all())
+
+
+def effective(model: nn.Module) -> torch.Tensor:
+    return model.layers[0].weight_orig * model.layers[0].weight_mask
+
+
+def test_deep_copies_keep_their_own_hooks():
+    model = _mlp()
+    prune_magnitude(model, 0.5)
+    clone = make_permanent(copy.deepcopy(model))
+    assert not clone.layers[0]._state_dict_hooks and not clone.layers[0]._load_state_dict_pre_hooks
+    assert list(model.state_dict()) == list(clone.state_dict())  # the original still folds
+    other = copy.deepcopy(model)
+    other.load_state_dict(_mlp(seed=4).state_dict())
+    assert not torch.equal(other.layers[0].weight_orig, model.layers[0].weight_orig)
+
+
+def test_fold_masks_for_plain_torch_pruning():
+    model = _mlp()
+    prune.l1_unstructured(model.layers[0], "weight", amount=0.5)
+    state = model.state_dict()
+    assert "layers.0.weight_mask" in state
     folded = fold_masks(state)
     dense = _mlp(seed=2)
     assert list(folded) == list(dense.state_dict())  # same keys, same order
     dense.load_state_dict(folded)
     x = torch.randn(3, 12)
     assert torch.equal(dense(x), model(x))
-    assert dense_snapshot(model).keys() == folded.keys()
 
 
 def test_lottery_ticket_survivors_equal_init_bit_for_bit_after_several_rounds():
