@@ -1,0 +1,105 @@
+"""Barrier between the model being trained and reference checkpoints (SPEC C4, C5).
+
+Watches linear mode connectivity emerge during training (000 §4; Frankle et al.'s stability
+analysis): at chosen epochs the current network is interpolated with each reference, naive and
+after matching the reference to it, on a fixed slice of the validation split.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+from callbacks._utils import log_metrics, network
+from lmc.interpolation import alpha_grid, cache_batches, interpolate_path
+from lmc.interpolation.evaluate import LossName
+from lmc.interpolation.repair import has_batchnorm
+from lmc.interpolation.states import check_compatible
+from lmc.interpolation.study import Matcher, match_states
+from lmc.io import load_checkpoint, model_state_dict
+
+
+class BarrierMonitor(Callback):
+    """Log ``barrier/{i}/loss_naive``, ``loss_matched``, ``acc_*`` against reference ``i``.
+
+    Args:
+        checkpoints: reference ``.ckpt`` files of the same architecture (read when fit starts).
+        epochs: epochs (0-based, after the epoch's training) to measure at; ``None`` = every
+            ``every_n_epochs``.
+        every_n_epochs: cadence when ``epochs`` is not given.
+        matcher: how references are aligned to the current model (``none`` skips matching).
+        num_alphas: points of the alpha grid.
+        max_batches: validation batches used (cached once).
+        loss: ``cross_entropy`` or ``mse``; default from the data module's task.
+    """
+
+    def __init__(
+        self,
+        checkpoints: list[str],
+        epochs: list[int] | None = None,
+        every_n_epochs: int = 1,
+        matcher: Matcher = "weight",
+        num_alphas: int = 11,
+        max_batches: int | None = 4,
+        loss: LossName | None = None,
+    ) -> None:
+        self.paths, self.epochs, self.every = list(checkpoints), epochs, every_n_epochs
+        self.matcher, self.num_alphas, self.max_batches, self.loss = (
+            matcher,
+            num_alphas,
+            max_batches,
+            loss,
+        )
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        net = network(pl_module)
+        self.refs = [model_state_dict(load_checkpoint(p)) for p in self.paths]
+        check_compatible([net.state_dict(), *self.refs], ["the trained model", *self.paths])
+        self.work = copy.deepcopy(net)  # one scratch copy for all evaluations
+        self.batches = None
+
+    def _due(self, trainer: L.Trainer) -> bool:
+        if self.epochs is not None:
+            return trainer.current_epoch in self.epochs
+        return (trainer.current_epoch + 1) % self.every == 0
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._due(trainer) or trainer.sanity_checking:
+            return
+        dm = trainer.datamodule
+        if self.batches is None:
+            batches = cache_batches(dm.val_dataloader(), pl_module.device)
+            self.batches = batches[: self.max_batches] if self.max_batches else batches
+        loss = self.loss or ("mse" if getattr(dm, "task", "") == "regression" else "cross_entropy")
+        repair = "reset_bn" if has_batchnorm(self.work) else "none"
+        align = self.batches if repair != "none" else None
+        current = {k: v.detach().clone() for k, v in network(pl_module).state_dict().items()}
+        was_training = pl_module.training
+        metrics: dict[str, float] = {}
+        for i, ref in enumerate(self.refs):
+            ref = {k: v.to(pl_module.device) for k, v in ref.items()}
+            variants = {"naive": ref}
+            if self.matcher != "none":
+                (_, matched), _ = match_states(
+                    self.work, [current, ref], self.matcher, align or self.batches
+                )
+                variants["matched"] = matched
+            for name, other in variants.items():
+                path, _ = interpolate_path(
+                    self.work,
+                    current,
+                    other,
+                    {"val": self.batches},
+                    alpha_grid(self.num_alphas),
+                    loss,
+                    repair,
+                    align,
+                )
+                b = path.barriers["val"]
+                metrics[f"barrier/{i}/loss_{name}"] = b["loss"]
+                if loss == "cross_entropy":
+                    metrics[f"barrier/{i}/acc_{name}"] = b["acc"]
+        pl_module.train(was_training)
+        log_metrics(trainer, metrics)
