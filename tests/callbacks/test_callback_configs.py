@@ -35,6 +35,7 @@ def test_polynomial_prune_finetune_config_prunes_at_its_epoch(tmp_path):
         f"--trainer.default_root_dir={tmp_path}",
         "--trainer.enable_progress_bar=false",
         "--trainer.enable_model_summary=false",
+        "--trainer.max_epochs=56",  # the config's prune_epoch 50 plus a few fine-tuning epochs
         "--data.init_args.n_train=100",
         "--data.init_args.n_val=20",
         "--data.init_args.n_test=20",
@@ -42,7 +43,7 @@ def test_polynomial_prune_finetune_config_prunes_at_its_epoch(tmp_path):
     [run] = run_dirs(tmp_path)
     rows = read_metrics(run)
     rates = series(rows, "prune/rate")
-    assert len(rates) == 100 and {v for _, v in rates[:50]} == {0.0} and rates[50][1] == 0.5
+    assert len(rates) == 56 and {v for _, v in rates[:50]} == {0.0} and rates[50][1] == 0.5
     entropy = dict(series(rows, "entropy/layers.1"))
     # one step per epoch: logged after epochs 50 (dense) and 55 (pruned at the start of epoch 51)
     assert entropy[55] < entropy[50]  # 000 Lemma 4.1: pruning lowers H_Δ
