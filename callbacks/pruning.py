@@ -33,10 +33,11 @@ class MagnitudePruning(L.Callback):
     the last checkpoint and ``test_after_fit`` see the pruned model.
 
     Checkpoints always hold the dense keys (pruned layers serialise as ``weight = weight_orig *
-    weight_mask``, also with ``save_weights_only``), so they load into an unpruned model; the masks (and the lottery-ticket init) travel in this callback's
-    state and are re-applied when a run resumes. With ``permanent_at_end`` the masks are folded
-    into plain parameters when training ends, ready for matching and merging. Logs
-    ``prune/rate`` and ``prune/sparsity/<layer>`` after every epoch.
+    weight_mask``, also with ``save_weights_only``), so they load into an unpruned model; the
+    masks (and the lottery-ticket init) travel in this callback's state and are re-applied when a
+    run resumes. With ``permanent_at_end`` the masks are folded into plain parameters when
+    training ends, ready for matching and merging. Logs ``prune/rate`` and
+    ``prune/sparsity/<layer>`` after every epoch.
 
     Args:
         strategy: ``only_prune``, ``lottery_ticket``, ``finetune_once`` or ``iterative``.
@@ -81,7 +82,8 @@ class MagnitudePruning(L.Callback):
         late = [e.epoch for e in self.events if e.epoch is not None and 0 <= epochs <= e.epoch]
         if late:
             rank_zero_warn(
-                f"MagnitudePruning: pruning epochs {late} >= max_epochs={trainer.max_epochs} never run"
+                f"MagnitudePruning: pruning epochs {late} >= max_epochs={trainer.max_epochs} "
+                "never run; raise trainer.max_epochs or lower prune_epoch"
             )
         if self._masks:  # resumed: the checkpoint holds dense weights, the masks live here
             apply_masks(net, self._masks)
