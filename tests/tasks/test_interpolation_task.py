@@ -84,10 +84,16 @@ def test_validate_writes_summary_table_and_figure(mnist_pair, tmp_path):
     logged = read_wandb_summary(wrun)["summary"]
     assert logged["interp/barrier_loss_naive"] == pytest.approx(summary["barrier_loss_naive"])
     assert logged["interp/barrier_loss_matched"] == pytest.approx(summary["barrier_loss_matched"])
-    records = read_wandb_records(wrun)
-    text = json.dumps(records)
-    assert "interp/table" in text and "table-file" in text or "interp/table" in text
-    assert "interp/naive/test/loss" in text and "interp/matched/test/loss" in text
+    assert logged["interp/table"]["_type"] == "table-file"
+    assert logged["interp/barriers"]["_type"] == "table-file"
+    assert logged["interp/figure"]["_type"] == "image-file"
+    assert "interp/plot/test_loss_table" in logged
+    artifacts = [r["artifact"] for r in read_wandb_records(wrun) if r["type"] == "artifact"]
+    tables = {c["path"] for a in artifacts for c in a["manifest"]["contents"]}
+    assert "interp/table.table.json" in tables
+    assert logged["interp/naive/test/loss"] == pytest.approx(
+        json.loads((run / "summary.json").read_text())["paths"]["naive"]["test/loss"][-1]
+    )
 
 
 def test_matched_path_of_a_permuted_copy_has_no_barrier(mnist_pair, tmp_path):
