@@ -1,0 +1,76 @@
+"""Merging many models modulo permutations (SPEC C4, C6; 004): pure functions, no Lightning.
+
+* :mod:`lmc.merging.ste`: the straight-through estimator for 2 models (004 §2.3) and STE-MM for
+  n models (004 §4.1, Alg. 1) with accelerated, warm-started weight matching (§4.2):
+  :class:`STEMM` (proxies + straight-through forward), :func:`ste_mm`, :func:`ste`;
+* :mod:`lmc.merging.baselines`: :func:`check_models`, weight matching to one reference
+  (:func:`wm_to_reference`, 004 §3) and MergeMany (:func:`merge_many_perms`, §5);
+* :mod:`lmc.merging.evaluate`: merged vs original loss/accuracy, pairwise merges (Fig. 4),
+  sharpness (§6.2); :mod:`lmc.merging.geometry`: distance ratios and triplet angles (§6.1).
+"""
+
+from lmc.merging.baselines import (
+    BASELINES,
+    Baseline,
+    align_states,
+    baseline_sweep,
+    check_models,
+    merge_many_perms,
+    parameter_keys,
+    wm_to_reference,
+)
+from lmc.merging.evaluate import (
+    MergeEvaluation,
+    MergeSweep,
+    OriginalStats,
+    evaluate_merge,
+    evaluate_originals,
+    evaluate_sweep,
+)
+from lmc.merging.geometry import (
+    describe,
+    distance_ratios,
+    pairwise_distances,
+    triplet_angles,
+)
+from lmc.merging.ste import (
+    STEMM,
+    Mixing,
+    ModelBank,
+    STEResult,
+    mix_states,
+    sample_mixing_weights,
+    ste,
+    ste_mm,
+    straight_through,
+)
+
+__all__ = [
+    "BASELINES",
+    "Baseline",
+    "STEMM",
+    "MergeEvaluation",
+    "MergeSweep",
+    "ModelBank",
+    "Mixing",
+    "OriginalStats",
+    "STEResult",
+    "align_states",
+    "baseline_sweep",
+    "check_models",
+    "describe",
+    "distance_ratios",
+    "evaluate_merge",
+    "evaluate_originals",
+    "evaluate_sweep",
+    "merge_many_perms",
+    "mix_states",
+    "pairwise_distances",
+    "parameter_keys",
+    "sample_mixing_weights",
+    "ste",
+    "ste_mm",
+    "straight_through",
+    "triplet_angles",
+    "wm_to_reference",
+]

@@ -1,0 +1,265 @@
+"""Evaluation of a multi-model merge (004 §5, §6; SPEC C4): the merged model 1/n sum_i pi_i(theta_i)
+against the mean of the originals, the average pairwise merged loss (Fig. 4), the geometry of
+the permuted models (§6.1) and the sharpness tr(H ⊙ θθᵀ) of the merge vs the originals (§6.2).
+
+BatchNorm networks get their running statistics re-estimated on the alignment subset of the
+training data (``reset_bn``) for every merged model they are evaluated at (004 App. B.1); the
+originals keep their own statistics. Networks without BatchNorm are evaluated as they are.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from lmc.interpolation.evaluate import LossName, batch_loss, evaluate
+from lmc.interpolation.repair import has_batchnorm, reset_bn
+from lmc.interpolation.states import weighted_average
+from lmc.merging.baselines import align_states, parameter_keys
+from lmc.merging.geometry import describe, distance_ratios, pairwise_distances, triplet_angles
+from lmc.metrics import hutchinson_trace
+from lmc.permutation import Permutation, PermutationSpec
+
+StateDict = Mapping[str, Tensor]
+Batches = Sequence[Any]
+
+
+@dataclass
+class OriginalStats:
+    """Per-model metrics of the unmerged models: ``metrics[i]["test/loss"]`` and sharpness."""
+
+    metrics: list[dict[str, float]]
+    sharpness: list[float] = field(default_factory=list)
+
+    def prefix(self, n: int) -> OriginalStats:
+        """The statistics of the first ``n`` models."""
+        return OriginalStats(self.metrics[:n], self.sharpness[:n])
+
+    def mean(self, key: str) -> float:
+        return sum(m[key] for m in self.metrics) / len(self.metrics)
+
+
+@dataclass
+class MergeEvaluation:
+    """Everything measured for one method and one number of models.
+
+    ``metrics`` keys: ``{split}/loss``, ``{split}/acc`` of the merge, ``{split}/originals_loss``,
+    ``{split}/originals_acc`` (means over the n originals), ``{split}/loss_gap`` and
+    ``{split}/acc_gap`` (merge minus mean of originals, 004 Fig. 3b), on pairwise splits
+    ``{split}/pairwise_loss``, ``{split}/pairwise_acc`` and ``{split}/pairwise_loss_gap`` (004
+    Fig. 4), ``distance_ratio_{mean,std,min,max}``, ``angle_{mean,std,min,max}`` (§6.1) and,
+    when measured, ``sharpness`` and ``originals_sharpness`` (§6.2).
+    """
+
+    method: str
+    n: int
+    metrics: dict[str, float]
+    distance_ratios: list[float]
+    angles: list[float]
+
+
+def _sharpness(model: nn.Module, batches: Batches, loss: LossName, probes: int, seed: int) -> float:
+    def loss_fn(out: Tensor, y: Tensor) -> Tensor:
+        return batch_loss(out, y, loss) / y.shape[0]
+
+    # callers may run under inference mode (e.g. a validation loop): the Hessian-vector
+    # products need autograd and batches that are not inference tensors
+    with torch.inference_mode(False), torch.enable_grad():
+        data = [(x.clone(), y.clone()) for x, y in batches]
+        return hutchinson_trace(model, loss_fn, data, num_probes=probes, seed=seed).mean
+
+
+def _eval_splits(
+    model: nn.Module, splits: Mapping[str, Batches], loss: LossName
+) -> dict[str, float]:
+    out = {}
+    for split, batches in splits.items():
+        r = evaluate(model, batches, loss)
+        out[f"{split}/loss"], out[f"{split}/acc"] = r.loss, r.acc
+    return out
+
+
+def evaluate_originals(
+    net: nn.Module,
+    states: Sequence[StateDict],
+    splits: Mapping[str, Batches],
+    *,
+    loss: LossName = "cross_entropy",
+    sharpness_batches: Batches | None = None,
+    sharpness_probes: int = 0,
+    seed: int = 0,
+) -> OriginalStats:
+    """Loss/accuracy of every original model on every split, and its sharpness if asked."""
+    model = copy.deepcopy(net)
+    stats = OriginalStats([])
+    for state in states:
+        model.load_state_dict(state)
+        stats.metrics.append(_eval_splits(model, splits, loss))
+        if sharpness_probes > 0 and sharpness_batches:
+            stats.sharpness.append(
+                _sharpness(model, sharpness_batches, loss, sharpness_probes, seed)
+            )
+    return stats
+
+
+def _load_merge(
+    model: nn.Module, states: Sequence[StateDict], align_batches: Batches | None
+) -> nn.Module:
+    model.load_state_dict(weighted_average(states))
+    if has_batchnorm(model):
+        if align_batches is None:
+            raise ValueError("a BatchNorm network's merge needs the alignment subset for reset_bn")
+        reset_bn(model, align_batches)
+    return model
+
+
+def evaluate_merge(
+    net: nn.Module,
+    aligned: Sequence[StateDict],
+    splits: Mapping[str, Batches],
+    originals: OriginalStats,
+    *,
+    method: str = "merge",
+    loss: LossName = "cross_entropy",
+    align_batches: Batches | None = None,
+    pairwise: bool = True,
+    pairwise_splits: Sequence[str] | None = None,
+    sharpness_batches: Batches | None = None,
+    sharpness_probes: int = 0,
+    seed: int = 0,
+) -> MergeEvaluation:
+    """Evaluate the merge of the permuted models ``aligned`` (``[pi_i(theta_i)]``).
+
+    Args:
+        net: the architecture (copied; not modified).
+        aligned: the n permuted models' full state dicts.
+        splits: split name -> cached ``(x, y)`` batches (``train`` = the alignment subset).
+        originals: :func:`evaluate_originals` of the same n models (use ``.prefix(n)``).
+        method: label stored in the result.
+        loss: evaluation loss.
+        align_batches: train data for ``reset_bn`` (BatchNorm networks only).
+        pairwise: evaluate every pair's midpoint (n(n-1)/2 evaluations) on ``pairwise_splits``
+            (default: the last split).
+        sharpness_batches: fixed batches for the Hutchinson estimate; ``sharpness_probes`` > 0
+            turns it on (same probes and seed as for the originals).
+        seed: seed of the sharpness probes.
+    """
+    n = len(aligned)
+    if len(originals.metrics) != n:
+        raise ValueError(f"got {n} aligned models but statistics of {len(originals.metrics)}")
+    model = copy.deepcopy(net)
+    metrics: dict[str, float] = {}
+    _load_merge(model, aligned, align_batches)
+    for key, value in _eval_splits(model, splits, loss).items():
+        split, stat = key.split("/")
+        metrics[key] = value
+        base = originals.mean(key)
+        metrics[f"{split}/originals_{stat}"] = base
+        metrics[f"{split}/{stat}_gap"] = value - base
+    if sharpness_probes > 0 and sharpness_batches:
+        metrics["sharpness"] = _sharpness(model, sharpness_batches, loss, sharpness_probes, seed)
+        if originals.sharpness:
+            metrics["originals_sharpness"] = sum(originals.sharpness) / len(originals.sharpness)
+    if pairwise:
+        names = list(pairwise_splits) if pairwise_splits else [list(splits)[-1]]
+        sums: dict[str, float] = {}
+        pairs = list(combinations(range(n), 2))
+        for i, j in pairs:
+            _load_merge(model, [aligned[i], aligned[j]], align_batches)
+            for key, value in _eval_splits(model, {s: splits[s] for s in names}, loss).items():
+                sums[key] = sums.get(key, 0.0) + value
+        for key, total in sums.items():
+            split, stat = key.split("/")
+            metrics[f"{split}/pairwise_{stat}"] = total / len(pairs)
+            if stat == "loss":
+                metrics[f"{split}/pairwise_loss_gap"] = total / len(pairs) - originals.mean(key)
+    dist = pairwise_distances(aligned, parameter_keys(net))
+    ratios, angles = distance_ratios(dist), triplet_angles(dist)
+    for name, values in (("distance_ratio", ratios), ("angle", angles)):
+        for stat, v in describe(values).items():
+            metrics[f"{name}_{stat}"] = v
+    metrics["distance_mean"] = float(dist.sum() / max(n * (n - 1), 1))
+    return MergeEvaluation(method, n, metrics, ratios, angles)
+
+
+@dataclass
+class MergeSweep:
+    """Evaluations of every method at every n, and the originals' own metrics."""
+
+    evaluations: list[MergeEvaluation]
+    originals: OriginalStats
+
+    def summary(self) -> dict[str, float]:
+        """Flat ``{method}/n{n}/{metric}`` -> value, plus ``originals/model{i}/{metric}``."""
+        out: dict[str, float] = {}
+        for ev in self.evaluations:
+            for key, value in ev.metrics.items():
+                out[f"{ev.method}/n{ev.n}/{key}"] = value
+        for i, m in enumerate(self.originals.metrics):
+            for key, value in m.items():
+                out[f"originals/model{i}/{key}"] = value
+        for i, v in enumerate(self.originals.sharpness):
+            out[f"originals/model{i}/sharpness"] = v
+        return out
+
+
+def evaluate_sweep(
+    net: nn.Module,
+    states: Sequence[StateDict],
+    spec: PermutationSpec,
+    perms: Mapping[str, Mapping[int, Sequence[Permutation]]],
+    splits: Mapping[str, Batches],
+    *,
+    loss: LossName = "cross_entropy",
+    align_batches: Batches | None = None,
+    pairwise: bool = True,
+    pairwise_splits: Sequence[str] | None = None,
+    sharpness_batches: Batches | None = None,
+    sharpness_probes: int = 0,
+    seed: int = 0,
+) -> MergeSweep:
+    """:func:`evaluate_merge` for every method and every n (merging the first n of ``states``).
+
+    Args:
+        perms: method -> n -> one permutation per model (e.g. STE-MM's and the baselines').
+        Others: as in :func:`evaluate_merge`; the originals are evaluated once.
+    """
+    sizes = [n for by_n in perms.values() for n in by_n]
+    if not sizes:
+        raise ValueError("nothing to evaluate: no method has permutations")
+    top = max(sizes)
+    originals = evaluate_originals(
+        net,
+        states[:top],
+        splits,
+        loss=loss,
+        sharpness_batches=sharpness_batches,
+        sharpness_probes=sharpness_probes,
+        seed=seed,
+    )
+    evaluations = []
+    for method, by_n in perms.items():
+        for n in sorted(by_n):
+            evaluations.append(
+                evaluate_merge(
+                    net,
+                    align_states(states[:n], spec, by_n[n]),
+                    splits,
+                    originals.prefix(n),
+                    method=method,
+                    loss=loss,
+                    align_batches=align_batches,
+                    pairwise=pairwise,
+                    pairwise_splits=pairwise_splits,
+                    sharpness_batches=sharpness_batches,
+                    sharpness_probes=sharpness_probes,
+                    seed=seed,
+                )
+            )
+    return MergeSweep(evaluations, originals)

@@ -1,0 +1,448 @@
+"""Straight-through estimator for 2 models (004 §2.3) and for n models, STE-MM (004 §4.1, Alg. 1).
+
+Given n trained models theta_1..theta_n and a reference theta_r (theta_n in Alg. 1; any model
+by Theorem D.1), STE-MM looks for permutations pi_i minimising
+
+    E_lambda L( sum_{i != r} lambda_i pi_i(theta_i) + lambda_r theta_r )          (004 eq. 5)
+
+with lambda uniform on the simplex. Each non-reference model i has a continuous proxy
+theta^_i, initialised at theta_r (Alg. 1 line 1). Every step:
+
+1. pi_i <- WM(theta^_i, theta_i), warm-started with the previous permutation and, for
+   ``method="accelerated"``, the previous LAP duals (004 §4.2, Alg. 3) (line 3);
+2. lambda is sampled (lines 4-5);
+3. the loss of the mixture is evaluated with the *straight-through* parameters
+   ``pi_i(theta_i).detach() + (theta^_i - theta^_i.detach())``: the forward pass sees
+   pi_i(theta_i), the gradient flows into the proxy (lines 6-8);
+4. the caller's optimizer updates the proxies (line 9).
+
+After training a final WM of every proxy gives the permutations (line 12). STE for two models
+(Ainsworth et al. 2023) is the case n = 2 with the reference = model A, the midpoint (or a
+sampled alpha) and, optionally, the permutation of the lowest batch loss kept.
+
+BatchNorm uses batch statistics during the search (the template network runs in train mode;
+its running-statistic buffers are mixed copies, never the models' own); evaluate a merge
+after ``lmc.interpolation.reset_bn``.
+
+:class:`STEMM` holds the proxies as parameters (so a LightningModule or a plain loop can
+optimise them) and the models as non-persistent buffers; :func:`ste_mm` and :func:`ste` are
+plain training loops over it.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from lmc.interpolation.evaluate import LossName, batch_loss
+from lmc.merging.baselines import check_models, parameter_keys
+from lmc.permutation import (
+    MatchingState,
+    Permutation,
+    PermutationSpec,
+    apply_permutation,
+    identity_permutation,
+    weight_matching,
+)
+from lmc.permutation.weight_matching import Method
+
+Mixing = Literal["dirichlet", "uniform", "midpoint"]
+StateDict = Mapping[str, Tensor]
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+def sample_mixing_weights(
+    n: int, mixing: Mixing, generator: torch.Generator | None = None
+) -> Tensor:
+    """Mixing weights lambda (n,), positive and summing to 1.
+
+    ``dirichlet``: Dirichlet(1, ..., 1), the uniform distribution on the simplex (004 eq. 5);
+    ``uniform``: i.i.d. U(0, 1) normalised by their sum (004 Alg. 1 lines 4-5 as written and as
+    the authors' code does; not uniform on the simplex for n > 2); ``midpoint``: all 1/n.
+    """
+    if n < 1:
+        raise ValueError(f"need at least one weight, got n={n}")
+    if mixing == "midpoint":
+        return torch.full((n,), 1.0 / n)
+    u = torch.rand(n, generator=generator, dtype=torch.float64)
+    if mixing == "dirichlet":
+        w = -torch.log1p(-u)  # Exp(1) draws; normalised they are Dirichlet(1)
+    elif mixing == "uniform":
+        w = u
+    else:
+        raise ValueError(f"mixing must be 'dirichlet', 'uniform' or 'midpoint', got {mixing!r}")
+    w = w.clamp_min(1e-12)
+    return (w / w.sum()).float()
+
+
+def straight_through(proxy: Tensor, value: Tensor) -> Tensor:
+    """``value`` in the forward pass, identity gradient into ``proxy`` in the backward pass."""
+    return value.detach() + (proxy - proxy.detach())
+
+
+def mix_states(states: Sequence[StateDict], weights: Sequence[float] | Tensor) -> dict[str, Tensor]:
+    """``sum_i w_i state_i`` over floating-point entries, differentiable; integer entries (e.g.
+    ``num_batches_tracked``) are cloned from the first state so nothing is modified in place."""
+    if len(states) != len(weights):
+        raise ValueError(f"got {len(states)} states but {len(weights)} weights")
+    w = [float(x) for x in weights]
+    out: dict[str, Tensor] = {}
+    for key, value in states[0].items():
+        if value.is_floating_point():
+            acc = value * w[0]
+            for wi, s in zip(w[1:], states[1:]):
+                acc = acc + s[key] * wi
+            out[key] = acc
+        else:
+            out[key] = value.clone()
+    return out
+
+
+class TensorDict(nn.Module):
+    """A state dict held as parameters (trainable) or non-persistent buffers (moved with the
+    module, not written to checkpoints). Keys may contain dots."""
+
+    def __init__(self, state: StateDict, trainable: bool) -> None:
+        super().__init__()
+        self.keys_ = list(state)
+        for i, t in enumerate(state.values()):
+            t = t.detach().clone()
+            if trainable:
+                self.register_parameter(f"t{i}", nn.Parameter(t))
+            else:
+                self.register_buffer(f"t{i}", t, persistent=False)
+
+    def as_dict(self) -> dict[str, Tensor]:
+        return {k: getattr(self, f"t{i}") for i, k in enumerate(self.keys_)}
+
+
+class ModelBank(nn.Module):
+    """Fixed models as non-persistent buffers: moved with their owner, never checkpointed.
+
+    Several :class:`STEMM` searches over prefixes of the same models (a sweep over n) can
+    share one bank instead of holding a copy each.
+    """
+
+    def __init__(self, states: Sequence[StateDict]) -> None:
+        super().__init__()
+        self.items = nn.ModuleList(TensorDict(s, trainable=False) for s in states)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def state(self, i: int) -> dict[str, Tensor]:
+        return self.items[i].as_dict()
+
+
+class STEMM(nn.Module):
+    """Proxies, matching state and the straight-through forward of STE-MM (004 Alg. 1).
+
+    Args:
+        net: the architecture; a private copy runs the functional forward passes.
+        models: the n >= 2 models' full state dicts (checked by :func:`check_models`), or a
+            shared :class:`ModelBank` (then not registered here: its owner registers and moves
+            it) of which the first ``num_models`` are used.
+        spec: their permutation spec (built-in if omitted).
+        reference: index of the fixed model theta_r; the proxies start there.
+        method: ``accelerated`` (dual warm start, 004 Alg. 3) or ``plain`` (Alg. 2, warm-started
+            with the previous permutation only) weight matching every step.
+        mixing: distribution of lambda (:func:`sample_mixing_weights`).
+        keep_best: remember the permutations of the lowest batch loss (STE of Ainsworth et
+            al. 2023) in :attr:`best_perms`.
+        solver: LAP solver name passed to weight matching (default per method).
+        seed: seed of lambda and of the matching's group order.
+        names: how to call the models in error messages.
+        num_models: with a bank, how many of its models to merge (default all).
+
+    Attributes:
+        perms: current permutation of every model (identity for the reference).
+        wm_seconds: wall time spent in weight matching so far.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        models: Sequence[StateDict] | ModelBank,
+        spec: PermutationSpec | None = None,
+        *,
+        reference: int = 0,
+        method: Method = "accelerated",
+        mixing: Mixing = "dirichlet",
+        keep_best: bool = False,
+        solver: str | None = None,
+        seed: int = 0,
+        names: Sequence[str] | None = None,
+        num_models: int | None = None,
+    ) -> None:
+        super().__init__()
+        if method not in ("plain", "accelerated"):
+            raise ValueError(f"method must be 'plain' or 'accelerated', got {method!r}")
+        sample_mixing_weights(1, mixing)  # validates the name
+        if isinstance(models, ModelBank):
+            object.__setattr__(self, "_bank", models)  # shared: the owner registers it
+            n = len(models) if num_models is None else num_models
+            if not 0 <= n <= len(models):
+                raise ValueError(f"num_models={n} but the bank holds {len(models)} models")
+            states = [models.state(i) for i in range(n)]
+        else:
+            states = list(models)
+            self.bank = ModelBank(states)
+        self.spec = check_models(net, states, spec, names)
+        self.n = len(states)
+        if not -self.n <= reference < self.n:
+            raise ValueError(f"reference={reference} is not an index into {self.n} models")
+        self.reference = reference % self.n
+        self.others = [i for i in range(self.n) if i != self.reference]
+        self.method, self.mixing, self.keep_best, self.solver = method, mixing, keep_best, solver
+        self.param_keys = parameter_keys(net)
+        self.match_spec = self.spec.restrict(self.param_keys)
+        template = copy.deepcopy(net)
+        for p in template.parameters():
+            p.requires_grad_(False)
+        object.__setattr__(self, "_template", template)  # not a submodule: no params, no ckpt
+        ref = states[self.reference]
+        self.proxies = nn.ModuleList(
+            TensorDict({k: ref[k] for k in self.param_keys}, trainable=True) for _ in self.others
+        )
+        sizes = self.spec.sizes(ref)
+        self.perms: list[Permutation] = [identity_permutation(sizes) for _ in range(self.n)]
+        self.matching: list[MatchingState | None] = [None] * self.n
+        self.best_perms: list[Permutation] | None = None
+        self.best_loss = float("inf")
+        self.wm_seconds = 0.0
+        self.generator = torch.Generator().manual_seed(seed)
+        self._rng = np.random.default_rng(seed)
+
+    @property
+    def _models(self) -> ModelBank:
+        shared = self.__dict__.get("_bank")
+        return shared if shared is not None else self.bank
+
+    # --- matching -------------------------------------------------------------------------
+    def match(self) -> list[float]:
+        """Weight-match every model to its proxy (Alg. 1 line 3), warm-started; returns the
+        seconds of each call."""
+        seconds = []
+        for j, i in enumerate(self.others):
+            target = {k: t.detach() for k, t in self.proxies[j].as_dict().items()}
+            full = self._models.state(i)
+            source = {k: full[k] for k in self.param_keys}
+            prev = self.matching[i]
+            init: Any = prev if self.method == "accelerated" else (prev.perm if prev else None)
+            res = weight_matching(
+                target,
+                source,
+                self.match_spec,
+                method=self.method,
+                solver=self.solver,
+                init=init,
+                seed=int(self._rng.integers(2**31)),
+            )
+            self.matching[i] = res.state
+            self.perms[i] = res.perm
+            seconds.append(res.seconds)
+        self.wm_seconds += sum(seconds)
+        return seconds
+
+    def finalize(self) -> list[Permutation]:
+        """The final weight matching of every proxy (Alg. 1 line 12); returns the permutations
+        (or :attr:`best_perms` when ``keep_best`` and a loss was observed)."""
+        self.match()
+        if self.keep_best and self.best_perms is not None:
+            return [dict(p) for p in self.best_perms]
+        return [dict(p) for p in self.perms]
+
+    def permuted_states(self) -> list[dict[str, Tensor]]:
+        """``[pi_i(theta_i)]`` with the current permutations (full states, detached)."""
+        out = []
+        for i in range(self.n):
+            state = self._models.state(i)
+            if i == self.reference:
+                out.append(dict(state))
+            else:
+                out.append(apply_permutation(state, self.spec, self.perms[i], check=False))
+        return out
+
+    # --- the straight-through forward -----------------------------------------------------
+    def sample_weights(self) -> Tensor:
+        """lambda for the next step (drawn from this search's own generator)."""
+        return sample_mixing_weights(self.n, self.mixing, self.generator)
+
+    def mixed_state(self, weights: Sequence[float] | Tensor, ste: bool = True) -> dict[str, Tensor]:
+        """``sum_i lambda_i pi_i(theta_i)`` over full states; with ``ste`` the parameters of
+        every non-reference model are straight-through to its proxy."""
+        states = self.permuted_states()
+        if ste:
+            for j, i in enumerate(self.others):
+                proxy = self.proxies[j].as_dict()
+                for k in self.param_keys:
+                    states[i][k] = straight_through(proxy[k], states[i][k])
+        return mix_states(states, weights)
+
+    def forward(self, x: Tensor, weights: Sequence[float] | Tensor, ste: bool = True) -> Tensor:
+        """Output of the mixed model on ``x`` (train mode: BatchNorm uses batch statistics)."""
+        template: nn.Module = self._template  # type: ignore[assignment]
+        template.train()
+        return functional_call(template, self.mixed_state(weights, ste), (x,))
+
+    def loss(
+        self,
+        x: Tensor,
+        y: Tensor,
+        weights: Sequence[float] | Tensor,
+        loss: LossName = "cross_entropy",
+    ) -> Tensor:
+        """Mean loss of the straight-through mixture on a batch (Alg. 1 line 6)."""
+        return batch_loss(self(x, weights), y, loss) / y.shape[0]
+
+    def observe(self, loss: float) -> None:
+        """Record a batch loss computed with :attr:`perms` (for ``keep_best``)."""
+        if self.keep_best and loss < self.best_loss:
+            self.best_loss = float(loss)
+            self.best_perms = [dict(p) for p in self.perms]
+
+    def proxy_parameters(self) -> Iterable[nn.Parameter]:
+        return self.proxies.parameters()
+
+
+@dataclass
+class STEResult:
+    """Outcome of :func:`ste_mm` / :func:`ste`.
+
+    Attributes:
+        perms: one permutation per model (identity for the reference).
+        aligned: ``[pi_i(theta_i)]`` as full state dicts.
+        losses: the training batch losses in order.
+        epoch_seconds: wall time of every epoch.
+        wm_seconds: time spent in weight matching per epoch.
+    """
+
+    perms: list[Permutation]
+    aligned: list[dict[str, Tensor]]
+    losses: list[float] = field(default_factory=list)
+    epoch_seconds: list[float] = field(default_factory=list)
+    wm_seconds: list[float] = field(default_factory=list)
+
+
+def _adam(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    return torch.optim.Adam(params, lr=1e-3)
+
+
+def ste_mm(
+    net: nn.Module,
+    models: Sequence[StateDict],
+    batches: Iterable[Any],
+    *,
+    epochs: int = 10,
+    optimizer: OptimizerFactory | None = None,
+    spec: PermutationSpec | None = None,
+    reference: int = 0,
+    method: Method = "accelerated",
+    mixing: Mixing = "dirichlet",
+    keep_best: bool = False,
+    loss: LossName = "cross_entropy",
+    seed: int = 0,
+    max_steps: int | None = None,
+) -> STEResult:
+    """STE-MM (004 Alg. 1) as a plain loop: ``epochs`` passes over ``batches``.
+
+    Args:
+        net: the architecture.
+        models: the n >= 2 models' state dicts (on the device to run on).
+        batches: a re-iterable of ``(x, y)`` batches (a DataLoader or a list).
+        epochs: passes over ``batches`` (004 App. B.2: 10, batch 256).
+        optimizer: builds the optimizer from the proxies' parameters (default Adam, lr 1e-3,
+            004 App. B.2).
+        spec, reference, method, mixing, keep_best, seed: as in :class:`STEMM`.
+        loss: ``cross_entropy`` or ``mse``/``half_mse``.
+        max_steps: stop after this many steps in total (quick runs and timing).
+
+    Returns:
+        The permutations and aligned states after the final matching, with losses and timings.
+    """
+    search = STEMM(
+        net,
+        models,
+        spec,
+        reference=reference,
+        method=method,
+        mixing=mixing,
+        keep_best=keep_best,
+        seed=seed,
+    )
+    device = next(iter(models[0].values())).device
+    search.to(device)
+    opt = (optimizer or _adam)(search.proxy_parameters())
+    result = STEResult(perms=[], aligned=[])
+    steps = 0
+    for _ in range(epochs):
+        start, wm0 = time.perf_counter(), search.wm_seconds
+        for x, y in batches:
+            if max_steps is not None and steps >= max_steps:
+                break
+            x, y = x.to(device), y.to(device)
+            search.match()
+            value = search.loss(x, y, search.sample_weights().tolist(), loss)
+            opt.zero_grad(set_to_none=True)
+            value.backward()
+            opt.step()
+            search.observe(float(value.detach()))
+            result.losses.append(float(value.detach()))
+            steps += 1
+        result.epoch_seconds.append(time.perf_counter() - start)
+        result.wm_seconds.append(search.wm_seconds - wm0)
+    result.perms = search.finalize()
+    result.aligned = [
+        apply_permutation(m, search.spec, p, check=False) for m, p in zip(models, result.perms)
+    ]
+    return result
+
+
+def ste(
+    net: nn.Module,
+    model_a: StateDict,
+    model_b: StateDict,
+    batches: Iterable[Any],
+    *,
+    epochs: int = 10,
+    optimizer: OptimizerFactory | None = None,
+    spec: PermutationSpec | None = None,
+    method: Method = "accelerated",
+    mixing: Mixing = "midpoint",
+    keep_best: bool = True,
+    loss: LossName = "cross_entropy",
+    seed: int = 0,
+    max_steps: int | None = None,
+) -> tuple[Permutation, dict[str, Tensor], STEResult]:
+    """STE for two models (Ainsworth et al. 2023; 004 §2.3): the proxy starts at ``model_a``,
+    ``model_b`` is matched to it every step and the loss of the midpoint (``mixing="midpoint"``)
+    or of a uniformly sampled alpha (``"dirichlet"``) trains the proxy; the permutation of the
+    lowest batch loss is kept (``keep_best``).
+
+    Returns:
+        ``(perm, pi(model_b), result)``.
+    """
+    result = ste_mm(
+        net,
+        [model_a, model_b],
+        batches,
+        epochs=epochs,
+        optimizer=optimizer,
+        spec=spec,
+        reference=0,
+        method=method,
+        mixing=mixing,
+        keep_best=keep_best,
+        loss=loss,
+        seed=seed,
+        max_steps=max_steps,
+    )
+    return result.perms[1], result.aligned[1], result

@@ -1,0 +1,264 @@
+"""``lmc fit`` tasks: STE-MM over n checkpoints (004 §4.1, Alg. 1) and STE for two (004 §2.3).
+
+Thin glue around :class:`lmc.merging.STEMM`: the proxies are this module's parameters, the
+optimizer comes from the config, every training step runs the warm-started weight matching of
+each model to its proxy and the straight-through loss; when training ends the final matching
+gives the permutations, which are evaluated with the baselines and logged (SPEC C6, C4).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.cli import OptimizerCallable
+from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+from torch import Tensor, nn
+
+from lmc.interpolation.evaluate import LossName, batch_loss
+from lmc.merging import STEMM, Baseline, MergeSweep, Mixing, ModelBank, baseline_sweep
+from lmc.permutation.weight_matching import Method
+from lmc.tasks.classification import _adam
+from lmc.tasks.interpolation import Split, default_loss
+from lmc.tasks.merge import MergeReporter, load_models, save_net_checkpoint
+
+
+class STEMMTask(L.LightningModule):
+    """STE-MM: permutations that put n models in one low-loss basin, trained with ``lmc fit``.
+
+    For every n in ``num_models`` an independent STE-MM search merges the first n checkpoints
+    (a sweep over n in one run): n - 1 proxies initialised at the reference checkpoint, each
+    step a weight matching of every model to its proxy (``wm_method="accelerated"``: warm
+    start from the previous permutation and LAP duals, 004 §4.2; ``"plain"``: from the
+    previous permutation only), mixing weights lambda (``mixing``) and the straight-through
+    loss of ``sum_i lambda_i pi_i(theta_i)``. All searches see the same batches and share one
+    optimizer; with an element-wise optimizer such as Adam (004 App. B.2: lr 1e-3, 10 epochs,
+    batch 256) they do not interact (gradient clipping by global norm would couple them).
+    BatchNorm uses batch statistics during the search.
+
+    When training ends: the final weight matching of every proxy (Alg. 1 line 12), the
+    ``baselines`` at the same n, and for every method and n the merged model's loss/accuracy
+    vs the originals, the average pairwise merged loss (004 Fig. 4), distance ratios and
+    triplet angles (§6.1) and, with ``sharpness_probes > 0``, sharpness (§6.2) -- BatchNorm
+    re-estimated on the alignment subset -- logged to every logger, W&B (table, plots,
+    figure) and written as ``summary.json``, ``merge.png`` and ``permutations.pt`` to the run
+    directory. Validation (if the data module has a validation split) logs the loss of each
+    current merge with uniform weights, batch statistics and the latest permutations.
+
+    Args:
+        net: the architecture of the checkpoints (class_path/init_args).
+        checkpoints: 2 or more ``.ckpt`` paths of that architecture.
+        num_models: the numbers of models n to merge (each the first n checkpoints); default
+            all of them.
+        optimizer: builds the optimizer from the proxies (default Adam, lr 1e-3).
+        wm_method: ``accelerated`` or ``plain`` weight matching during the search.
+        mixing: ``dirichlet`` (uniform on the simplex), ``uniform`` (normalised U(0,1), Alg. 1
+            as written) or ``midpoint`` (all 1/n).
+        reference: index of the fixed model (theta_n of Alg. 1; any one by Theorem D.1).
+        keep_best: return the permutations of the lowest training batch loss instead of the
+            final matching (STE of Ainsworth et al. 2023).
+        baselines: methods evaluated alongside (``naive``, ``wm_ref``, ``mergemany``).
+        splits, max_batches, pairwise, sharpness_probes, sharpness_batches: evaluation, as in
+            :class:`~lmc.tasks.MergeTask`.
+        save_merged: also write ``merged_n{n}.ckpt`` (the STE-MM merge of each n, BatchNorm
+            reset) into the run directory.
+        seed: seed of lambda, of the matching's group order and of the sharpness probes.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        checkpoints: list[str],
+        num_models: list[int] | None = None,
+        optimizer: OptimizerCallable = _adam,
+        wm_method: Method = "accelerated",
+        mixing: Mixing = "dirichlet",
+        reference: int = 0,
+        keep_best: bool = False,
+        baselines: list[Baseline] | None = None,
+        splits: list[Split] | None = None,
+        max_batches: int | None = None,
+        pairwise: bool = True,
+        sharpness_probes: int = 0,
+        sharpness_batches: int = 1,
+        save_merged: bool = False,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        # Under LightningCLI the parsed config is stored; built by hand, `net` is not.
+        if _given_hyperparameters.get() is None:
+            self.save_hyperparameters(ignore=["net", "optimizer"])
+        else:
+            self.save_hyperparameters()
+        states, self.num_models, self.spec = load_models(net, checkpoints, num_models, reference)
+        object.__setattr__(self, "_net", net)  # a template, not trained or checkpointed
+        object.__setattr__(self, "_states", states)
+        self.checkpoints = list(checkpoints)
+        self.bank = ModelBank(states[: self.num_models[-1]])
+        self.searches = nn.ModuleDict(
+            {
+                f"n{n}": STEMM(
+                    net,
+                    self.bank,
+                    self.spec,
+                    reference=reference,
+                    method=wm_method,
+                    mixing=mixing,
+                    keep_best=keep_best,
+                    seed=seed + n,
+                    names=self.checkpoints[:n],
+                    num_models=n,
+                )
+                for n in self.num_models
+            }
+        )
+        self.optimizer = optimizer
+        self.baselines = list(baselines) if baselines is not None else ["wm_ref", "mergemany"]
+        self.reference, self.wm_method, self.seed = reference, wm_method, seed
+        self.save_merged = save_merged
+        self.reporter = MergeReporter(
+            splits, max_batches, pairwise, sharpness_probes, sharpness_batches, seed
+        )
+        self.sweep: MergeSweep | None = None
+        self._epoch_start = 0.0
+        self._wm_at_epoch_start = 0.0
+
+    @property
+    def _loss(self) -> LossName:
+        return default_loss(self.trainer.datamodule)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.optimizer(self.searches.parameters())
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        x, y = batch
+        total: Tensor | float = 0.0
+        for name, search in self.searches.items():
+            search.match()
+            loss = search.loss(x, y, search.sample_weights().tolist(), self._loss)
+            search.observe(float(loss.detach()))
+            self.log(f"train/loss_{name}", loss.detach(), on_step=True, on_epoch=True)
+            total = total + loss
+        self.log("train/loss", total.detach(), prog_bar=True)  # type: ignore[union-attr]
+        return total  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        for name, search in self.searches.items():
+            out = search(x, [1.0 / search.n] * search.n, ste=False)
+            self.log(f"val/loss_{name}", batch_loss(out, y, self._loss) / y.shape[0])
+            if self._loss == "cross_entropy":
+                self.log(f"val/acc_{name}", (out.argmax(1) == y).float().mean())
+
+    def on_train_epoch_start(self) -> None:
+        self._epoch_start = time.perf_counter()
+        self._wm_at_epoch_start = self._wm_seconds()
+
+    def on_train_epoch_end(self) -> None:
+        self.log("train/epoch_seconds", time.perf_counter() - self._epoch_start)
+        self.log("train/wm_seconds", self._wm_seconds() - self._wm_at_epoch_start)
+
+    def _wm_seconds(self) -> float:
+        return sum(s.wm_seconds for s in self.searches.values())
+
+    def on_train_end(self) -> None:
+        perms = {"stemm": {s.n: s.finalize() for s in self.searches.values()}}
+        keys = [k for k, _ in self._net.named_parameters()]
+        for b in self.baselines:
+            perms[b] = baseline_sweep(
+                self._states,
+                self.spec,
+                b,
+                self.num_models,
+                reference=self.reference,
+                keys=keys,
+                method="accelerated",
+                seed=self.seed,
+            )
+        extra = {
+            "checkpoints": self.checkpoints,
+            "wm_method": self.wm_method,
+            "wm_seconds": {f"n{s.n}": s.wm_seconds for s in self.searches.values()},
+        }
+        self.sweep, out = self.reporter.run(self, self._net, self._states, self.spec, perms, extra)
+        if self.trainer.is_global_zero:
+            self._save(out, perms["stemm"])
+
+    def _save(self, out: Any, perms: dict[int, list]) -> None:
+        if not self.save_merged:
+            return
+        for n, p in perms.items():
+            state = self.reporter.merged_state(self, self._net, self._states[:n], self.spec, p)
+            save_net_checkpoint(state, out / f"merged_n{n}.ckpt")
+
+
+class STETask(STEMMTask):
+    """STE for two models (Ainsworth et al. 2023; 004 §2.3), trained with ``lmc fit``.
+
+    A proxy starts at model A (``checkpoints[0]``); every step model B is weight-matched to
+    the proxy (warm-started) and the loss of the midpoint (``mixing="midpoint"``) or of a
+    uniformly sampled alpha (``"dirichlet"``) of A and pi(B) trains the proxy through the
+    straight-through estimator. The permutation of the lowest batch loss is kept
+    (``keep_best``). At the end, B matched (``matched.ckpt`` with ``save_matched``) and the
+    merge metrics of STE and the baselines are logged as for :class:`STEMMTask`.
+
+    Args:
+        net, optimizer, wm_method, baselines, splits, max_batches, pairwise,
+        sharpness_probes, sharpness_batches, seed: as in :class:`STEMMTask`.
+        checkpoints: exactly two ``.ckpt`` paths, model A then model B.
+        mixing: ``midpoint`` (default) or ``dirichlet`` (alpha ~ U(0, 1)).
+        keep_best: keep the permutation of the lowest batch loss (else the final matching).
+        save_matched: write pi(B) as ``matched.ckpt`` into the run directory.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        checkpoints: list[str],
+        optimizer: OptimizerCallable = _adam,
+        wm_method: Method = "accelerated",
+        mixing: Mixing = "midpoint",
+        keep_best: bool = True,
+        baselines: list[Baseline] | None = None,
+        splits: list[Split] | None = None,
+        max_batches: int | None = None,
+        pairwise: bool = False,
+        sharpness_probes: int = 0,
+        sharpness_batches: int = 1,
+        save_matched: bool = True,
+        seed: int = 0,
+    ) -> None:
+        if len(checkpoints) != 2:
+            raise ValueError(
+                f"STETask merges exactly 2 checkpoints (model A, model B), got "
+                f"{len(checkpoints)}; use STEMMTask for more"
+            )
+        self.save_matched = save_matched
+        super().__init__(
+            net,
+            checkpoints,
+            num_models=[2],
+            optimizer=optimizer,
+            wm_method=wm_method,
+            mixing=mixing,
+            reference=0,
+            keep_best=keep_best,
+            baselines=list(baselines) if baselines is not None else ["wm_ref"],
+            splits=splits,
+            max_batches=max_batches,
+            pairwise=pairwise,
+            sharpness_probes=sharpness_probes,
+            sharpness_batches=sharpness_batches,
+            save_merged=False,
+            seed=seed,
+        )
+
+    def _save(self, out: Any, perms: dict[int, list]) -> None:
+        if self.save_matched:
+            from lmc.permutation import apply_permutation
+
+            matched = apply_permutation(self._states[1], self.spec, perms[2][1])
+            save_net_checkpoint(matched, out / "matched.ckpt")

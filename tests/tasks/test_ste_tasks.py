@@ -1,0 +1,234 @@
+"""`lmc fit` STE / STE-MM and `lmc validate` merge runs on tiny fake data and tiny checkpoints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from lmc.data import write_fake_cifar10, write_fake_mnist
+from lmc.io import load_checkpoint, model_state_dict
+from lmc.models import MLP, VGG, ResNet
+from lmc.permutation import apply_permutation, random_permutation, spec_for
+from tests.helpers import (
+    CONFIGS,
+    checkpoints,
+    load_yaml,
+    read_wandb_summary,
+    run_cli,
+    run_dirs,
+    wandb_run_dirs,
+)
+
+MERGE = sorted((CONFIGS / "merge").glob("*.yaml"))
+WIDTH = 16
+CSV = str(CONFIGS / "loggers" / "csv.yaml")
+
+
+def _save_net(state: dict, path: Path) -> Path:
+    torch.save({"state_dict": {f"net.{k}": v for k, v in state.items()}}, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> dict:
+    """Fake MNIST/Fashion-MNIST/CIFAR-10, three tiny MNIST MLPs trained by `lmc fit`, and
+    random-init VGG/ResNet checkpoints for the CIFAR recipes (same code path, CPU-sized)."""
+    root = tmp_path_factory.mktemp("merge")
+    data = root / "data"
+    write_fake_mnist(data, "MNIST", n_train=160, n_test=64)
+    write_fake_mnist(data, "FashionMNIST", n_train=160, n_test=64)
+    write_fake_cifar10(data, n_train=48, n_test=16, archive=True)
+    mlps = []
+    for seed in range(3):
+        out = root / f"fit{seed}"
+        run_cli(
+            "fit",
+            "-c",
+            str(CONFIGS / "mnist" / "mlp.yaml"),
+            "-c",
+            CSV,
+            f"--model.init_args.net.init_args.width={WIDTH}",
+            f"--seed_everything={seed}",
+            "--trainer.max_epochs=2",
+            "--test_after_fit=false",
+            "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false",
+            f"--trainer.logger.init_args.save_dir={out}",
+            f"--data.init_args.data_dir={data}",
+            "--data.init_args.val_size=32",
+            "--data.init_args.alignment_size=64",
+            "--data.init_args.batch_size=32",
+        )
+        [run] = run_dirs(out)
+        mlps += checkpoints(run)
+    cifar = {}
+    for name, make in (
+        ("vgg", lambda s: VGG(11, width=0.125, norm="batch", init="he_normal")),
+        ("resnet", lambda s: ResNet(20, width=0.125, norm="batch", init="he_normal")),
+    ):
+        cifar[name] = []
+        for s in range(3):
+            torch.manual_seed(s)
+            cifar[name].append(_save_net(make(s).state_dict(), root / f"{name}{s}.ckpt"))
+    return {"root": root, "data": data, "mlps": mlps, "cifar": cifar}
+
+
+def _ckpt_arg(paths) -> str:
+    return f"--model.init_args.checkpoints=[{', '.join(map(str, paths))}]"
+
+
+def _overlay(config: Path, world: dict, out: Path) -> list[str]:
+    cfg = load_yaml(config)
+    net = cfg["model"]["init_args"]["net"]["class_path"]
+    two = cfg["model"]["class_path"].endswith("STETask")
+    if net.endswith("MLP"):
+        paths = world["mlps"][:2] if two else world["mlps"]
+        width = [f"--model.init_args.net.init_args.width={WIDTH}"]
+    else:
+        paths = world["cifar"]["vgg" if net.endswith("VGG") else "resnet"]
+        width = ["--model.init_args.net.init_args.width=0.125"]
+    args = [
+        _ckpt_arg(paths),
+        *width,
+        f"--trainer.default_root_dir={out}",
+        f"--trainer.logger.init_args.save_dir={out}",
+        "--trainer.accelerator=cpu",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+        "--trainer.limit_val_batches=1",
+        f"--data.init_args.data_dir={world['data']}",
+        "--data.init_args.val_size=16",
+        "--data.init_args.alignment_size=16",
+        "--data.init_args.batch_size=8",
+        "--data.init_args.eval_batch_size=16",
+    ]
+    if net.endswith("MLP"):
+        args.append("--model.init_args.sharpness_probes=2")
+        if not two:
+            args.append("--model.init_args.num_models=[2, 3]")
+    else:  # BatchNorm nets: the same code paths, fewer evaluations on 2 CPU cores
+        args += [
+            "--model.init_args.sharpness_probes=0",
+            "--model.init_args.pairwise=false",
+            "--model.init_args.num_models=[3]",
+            "--model.init_args.baselines=[wm_ref]",  # MergeMany: covered on the MLPs
+        ]
+    if cfg["model"]["class_path"] != "lmc.tasks.MergeTask":
+        args += ["--trainer.max_steps=1", "--trainer.num_sanity_val_steps=0"]
+    return args
+
+
+@pytest.mark.parametrize("config", MERGE, ids=lambda p: p.name)
+def test_every_merge_config_runs(config, world, tmp_path):
+    task = load_yaml(config)["model"]["class_path"]
+    command = "validate" if task == "lmc.tasks.MergeTask" else "fit"
+    run_cli(command, "-c", str(config), "-c", CSV, *_overlay(config, world, tmp_path))
+    [run] = run_dirs(tmp_path)
+    payload = json.loads((run / "summary.json").read_text())
+    methods = {(e["method"], e["n"]) for e in payload["evaluations"]}
+    mlp = load_yaml(config)["model"]["init_args"]["net"]["class_path"].endswith("MLP")
+    n = [2] if task == "lmc.tasks.STETask" else ([2, 3] if mlp else [3])
+    expected = {
+        "lmc.tasks.STEMMTask": ["stemm", "wm_ref", "mergemany"],
+        "lmc.tasks.STETask": ["stemm", "naive", "wm_ref"],
+        "lmc.tasks.MergeTask": ["naive", "wm_ref", "mergemany"],
+    }[task]
+    expected = expected if mlp else ["stemm", "wm_ref"]
+    assert methods == {(m, k) for m in expected for k in n}
+    assert (run / "merge.png").stat().st_size > 10_000
+    assert (run / "permutations.pt").is_file()
+    for ev in payload["evaluations"]:
+        assert isinstance(ev["metrics"]["test/acc"], float)
+        assert not mlp or isinstance(ev["metrics"]["sharpness"], float)
+    if task == "lmc.tasks.STETask":
+        assert (run / "matched.ckpt").is_file()
+
+
+def test_stemm_run_logs_to_wandb(world, tmp_path):
+    config = CONFIGS / "merge" / "mnist_mlp_stemm.yaml"
+    args = [a for a in _overlay(config, world, tmp_path) if "sharpness" not in a]
+    run_cli(
+        "fit",
+        "-c",
+        str(config),
+        *args,
+        "--model.init_args.sharpness_probes=0",
+        "--trainer.logger.init_args.offline=true",
+    )
+    [run] = run_dirs(tmp_path)
+    payload = json.loads((run / "summary.json").read_text())
+    summary = payload["summary"]
+    for key in ("test/acc", "test/loss_gap", "test/pairwise_loss_gap", "angle_mean"):
+        assert f"stemm/n3/{key}" in summary
+    assert "sharpness" not in payload["evaluations"][0]["metrics"]  # turned off
+    [wrun] = wandb_run_dirs(tmp_path)
+    logged = read_wandb_summary(wrun)["summary"]
+    assert logged["merge/stemm/n3/test/acc"] == pytest.approx(summary["stemm/n3/test/acc"])
+    assert "train/loss_n2" in json.dumps(logged) or "train/loss" in json.dumps(logged)
+
+
+def test_ste_task_recovers_a_permuted_copy(world, tmp_path):
+    """Known answer through the CLI: STE on model A and a permuted copy of A returns B = A."""
+    config = CONFIGS / "merge" / "mnist_mlp_ste.yaml"
+    net = MLP(784, 10, width=WIDTH, depth=3)
+    spec = spec_for(net)
+    a = model_state_dict(load_checkpoint(world["mlps"][0]))
+    b = apply_permutation(a, spec, random_permutation(spec.sizes(a), 7))
+    copy = _save_net(b, tmp_path / "copy.ckpt")
+    args = [x for x in _overlay(config, world, tmp_path / "out") if "checkpoints" not in x]
+    run_cli(
+        "fit",
+        "-c",
+        str(config),
+        "-c",
+        CSV,
+        *args,
+        _ckpt_arg([world["mlps"][0], copy]),
+        "--trainer.max_steps=3",
+    )
+    [run] = run_dirs(tmp_path / "out")
+    matched = model_state_dict(load_checkpoint(run / "matched.ckpt"))
+    for k in a:
+        assert torch.equal(matched[k], a[k]), k
+    summary = json.loads((run / "summary.json").read_text())["summary"]
+    assert summary["stemm/n2/test/loss_gap"] == pytest.approx(0.0, abs=1e-6)
+    assert summary["stemm/n2/distance_mean"] == 0.0
+    assert summary["naive/n2/distance_mean"] > 0
+
+
+def _fit_stemm(world, out, *extra):
+    config = CONFIGS / "merge" / "mnist_mlp_stemm.yaml"
+    args = [a for a in _overlay(config, world, out) if "num_models" not in a]
+    run_cli("fit", "-c", str(config), "-c", CSV, *args, *extra)
+
+
+def test_bad_inputs_fail_before_work(world, tmp_path):
+    wide = _save_net(MLP(784, 10, width=WIDTH + 4, depth=3).state_dict(), tmp_path / "wide.ckpt")
+    with pytest.raises(ValueError, match="wide.ckpt"):
+        _fit_stemm(world, tmp_path, _ckpt_arg([*world["mlps"][:2], wide]))
+    with pytest.raises(ValueError, match="at least 2 checkpoints"):
+        _fit_stemm(world, tmp_path, _ckpt_arg(world["mlps"][:1]))
+    with pytest.raises(ValueError, match=r"num_models \[4\] must lie in \[2, 3\]"):
+        _fit_stemm(world, tmp_path, "--model.init_args.num_models=[2, 4]")
+    with pytest.raises(ValueError, match="reference=2"):
+        _fit_stemm(
+            world, tmp_path, "--model.init_args.num_models=[2, 3]", "--model.init_args.reference=2"
+        )
+    deeper = _save_net(MLP(784, 10, width=WIDTH, depth=4).state_dict(), tmp_path / "deep.ckpt")
+    with pytest.raises(ValueError, match="deep.ckpt"):
+        _fit_stemm(world, tmp_path, _ckpt_arg([deeper, deeper]))
+    config = CONFIGS / "merge" / "mnist_mlp_ste.yaml"
+    with pytest.raises(ValueError, match="exactly 2 checkpoints"):
+        run_cli(
+            "fit",
+            "-c",
+            str(config),
+            "-c",
+            CSV,
+            *[a for a in _overlay(config, world, tmp_path) if "checkpoints" not in a],
+            _ckpt_arg(world["mlps"]),
+        )
+    assert not list(tmp_path.rglob("summary.json"))
