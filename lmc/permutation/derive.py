@@ -161,6 +161,7 @@ class _Deriver:
                     f"{_describe(node)}: grouped/depthwise conv is not supported"
                 )
             s_in, s_out = self._layer_spaces(node, target)
+            self.points.append((target, s_out, 2))  # pre-activations: last-resort points
             w = mod.weight
             self._param(target, "weight", (s_out, s_in) + (None,) * (w.ndim - 2))
             if mod.bias is not None:
@@ -343,8 +344,9 @@ def derive_spec(model: nn.Module, example_input: Tensor | tuple[Tensor, ...]) ->
     Supports graphs of Linear/Conv1d/Conv2d, BatchNorm, LayerNorm (over all non-batch axes),
     GroupNorm(1, C), elementwise activations (modules or functions), dropout, pooling,
     flatten/view of a 1x1 map, spatial means and residual ``+``. Activation points for
-    :func:`~lmc.permutation.activation_matching` are the activation modules (else the norm
-    modules) on each group's channels; a residual stream lists all of them (002 App. D).
+    :func:`~lmc.permutation.activation_matching` are the activation modules on each group's
+    channels (else its norm modules, else the Linear/Conv outputs); a residual stream lists all
+    of them (002 App. D).
 
     Args:
         model: the network; it is traced, not modified (it is run once in eval mode).

@@ -19,8 +19,9 @@ the result:
 * a group is re-solved only if the permutation of a neighbouring group changed since its last
   solve (otherwise its cost matrix, hence its optimum, is unchanged), which also detects
   convergence without a final confirmation sweep;
-* per-member products ``A_k B~_k^T`` are cached and only those whose other-axis permutation
-  changed are recomputed.
+* per-member products ``A_k B~_k^T`` are cached; when the permutation on another axis changed,
+  a product is updated from the slices of the units that moved (cost proportional to their
+  number) or, if many moved, recomputed.
 
 Both methods visit groups in the same seeded order, so apart from ties in the assignment they
 follow the same trajectory and end at the same objective.
@@ -37,6 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from lmc.permutation._costs import Member, Problem
 from lmc.permutation.apply import apply_permutation
 from lmc.permutation.lap import LapSolver, TimedSolver
 from lmc.permutation.spec import (
@@ -124,73 +126,6 @@ def _resolve_spec(spec: PermutationSpec | None, *models: object) -> PermutationS
     raise ValueError("spec is required when matching state dicts (use spec_for(model))")
 
 
-def _dot(x: Tensor, y: Tensor) -> float:
-    return float(torch.dot(x.reshape(-1), y.reshape(-1))) if x.numel() else 0.0
-
-
-class _Member:
-    """One ``(key, axis)`` of a group, unfolded for cost-matrix products."""
-
-    __slots__ = ("key", "a", "b", "others")
-
-    def __init__(
-        self, key: str, axis: int, a: Tensor, b: Tensor, axes: tuple[str | None, ...]
-    ) -> None:
-        n = a.shape[axis]
-        self.key = key
-        self.a = a.movedim(axis, 0).reshape(n, -1)  # a view when axis == 0
-        self.b = b.movedim(axis, 0).contiguous()  # (n, *other axes in original order)
-        others = [ax for i, ax in enumerate(axes) if i != axis]
-        self.others = [(dim + 1, g) for dim, g in enumerate(others) if g is not None]
-
-    def product(self, perm: Mapping[str, Tensor]) -> Tensor:
-        """``A_k B~_k^T`` with the source's other axes permuted by ``perm``."""
-        b = self.b
-        for dim, g in self.others:
-            b = b.index_select(dim, perm[g])
-        return self.a @ b.reshape(b.shape[0], -1).T
-
-
-class _Problem:
-    """Unfolded members per group and the objective, for one (target, source) pair."""
-
-    def __init__(self, a: StateDict, b: StateDict, spec: PermutationSpec, keys: list[str]) -> None:
-        self.spec = spec
-        self.keys = keys
-        keyset = set(keys)
-        self.static: dict[str, Tensor | None] = {}
-        self.dynamic: dict[str, list[_Member]] = {}
-        for g, members in spec.groups.items():
-            stat_a, stat_b, dyn = [], [], []
-            for key, axis in members:
-                if key not in keyset:
-                    continue
-                m = _Member(key, axis, a[key], b[key], spec.axes[key])
-                if m.others:
-                    dyn.append(m)
-                else:
-                    stat_a.append(m.a)
-                    stat_b.append(m.b.reshape(m.b.shape[0], -1))
-            self.static[g] = torch.cat(stat_a, 1) @ torch.cat(stat_b, 1).T if stat_a else None
-            self.dynamic[g] = dyn
-        self.a, self.b = a, b
-        self.const = sum(_dot(a[k], b[k]) for k in keys if all(g is None for g in spec.axes[k]))
-
-    def objective(self, perm: Mapping[str, Tensor]) -> float:
-        """``<theta_a, pi(theta_b)>`` over the matched keys."""
-        total = self.const
-        for k in self.keys:
-            axes = self.spec.axes[k]
-            if all(g is None for g in axes):
-                continue
-            t = self.b[k]
-            for axis, g in enumerate(axes):
-                if g is not None:
-                    t = t.index_select(axis, perm[g])
-            total += _dot(self.a[k], t)
-        return total
-
-
 def weight_matching(
     target: StateDict | nn.Module,
     source: StateDict | nn.Module,
@@ -272,14 +207,14 @@ def weight_matching(
 
     cost_seconds = 0.0
     t0 = time.perf_counter()
-    problem = _Problem(a, b, spec, keys)
+    problem = Problem(a, b, spec, keys)
     cost_seconds += time.perf_counter() - t0
-    history = [problem.objective(perm)]
+    history = [problem.start(perm)]
 
     groups = [g for g in spec.groups if g in sizes]
     version = dict.fromkeys(groups, 0)
     solved_at: dict[str, dict[str, int] | None] = dict.fromkeys(groups)
-    cache: dict[int, tuple[tuple[int, ...], Tensor]] = {}
+    cache: dict[int, tuple[list[Tensor], Tensor]] = {}  # member -> (perms used, product)
     rng = np.random.default_rng(seed)
     sweeps = 0
     converged = False
@@ -288,24 +223,32 @@ def weight_matching(
         last = solved_at[g]
         return last is None or any(version[h] != last[h] for h in spec.neighbors[g])
 
-    def cost_matrix(g: str) -> Tensor:
-        c = problem.static[g]
-        c = c.clone() if c is not None else None
+    def cached_product(m: Member) -> Tensor:
+        """The member's product, updated incrementally if one neighbour moved a few units."""
+        hit = cache.get(id(m))
+        used = [perm[h] for _, h in m.others]
+        if hit is not None:
+            old, prod = hit
+            moved = [i for i, (o, u) in enumerate(zip(old, used)) if o is not u]
+            if not moved:
+                return prod
+            if len(moved) == 1 and m.update(prod, perm, m.others[moved[0]][0], old[moved[0]]):
+                cache[id(m)] = (used, prod)
+                return prod
+        prod = m.product(perm)
+        cache[id(m)] = (used, prod)
+        return prod
+
+    def cost_matrix(g: str) -> tuple[Tensor, list[tuple[Member, Tensor]]]:
+        """``C_g`` and the member products it sums (left intact for the objective)."""
+        stat = problem.static[g]
+        c = stat.clone() if stat is not None else torch.zeros(sizes[g], sizes[g], device=device)
+        prods = []
         for m in problem.dynamic[g]:
-            if accelerated:
-                ver = tuple(version[h] for _, h in m.others)
-                hit = cache.get(id(m))
-                if hit is not None and hit[0] == ver:
-                    prod = hit[1]
-                else:
-                    prod = m.product(perm)
-                    cache[id(m)] = (ver, prod)
-            else:
-                prod = m.product(perm)
-            c = prod.clone() if c is None else c.add_(prod)
-        if c is None:  # a group none of whose members is matched
-            c = torch.zeros(sizes[g], sizes[g], device=device)
-        return c
+            prod = cached_product(m) if accelerated else m.product(perm)
+            c.add_(prod)
+            prods.append((m, prod))
+        return c, prods
 
     while sweeps < max_sweeps:
         if accelerated and not any(needs_solve(g) for g in groups):
@@ -318,7 +261,8 @@ def weight_matching(
             if accelerated and not needs_solve(g):
                 continue  # its cost matrix is the one it was last solved for
             t0 = time.perf_counter()
-            c = cost_matrix(g).to(torch.float64).cpu().numpy()
+            c_t, prods = cost_matrix(g)
+            c = c_t.to(torch.float64).cpu().numpy()
             cost_seconds += time.perf_counter() - t0
             k = np.negative(c)
             if accelerated and g in duals:
@@ -343,7 +287,9 @@ def weight_matching(
                 version[g] += 1
                 improved_any = True
             solved_at[g] = {h: version[h] for h in spec.neighbors[g]}
-        history.append(problem.objective(perm))
+            problem.refresh(g, prods, perm)
+            del c_t, prods
+        history.append(problem.total())
         if not accelerated and not improved_any:
             converged = True
             break

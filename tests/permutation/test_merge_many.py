@@ -27,7 +27,7 @@ def test_distance_falls_and_methods_agree():
     models = [MLP(20, 4, width=16, depth=2) for _ in range(3)]
     fast = merge_many(models)
     plain = merge_many(models, method="plain")
-    assert fast.history == sorted(fast.history, reverse=True)
+    assert all(y <= x * (1 + 1e-9) for x, y in zip(fast.history, fast.history[1:]))
     assert fast.history[-1] < fast.history[0]
     assert fast.history[-1] == pytest.approx(plain.history[-1], rel=1e-6)
     with pytest.raises(ValueError, match="at least two"):

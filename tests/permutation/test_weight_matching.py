@@ -49,7 +49,9 @@ def test_recovers_known_permutation(factory, shape, method):
     x = torch.cat(data)
     with torch.no_grad():
         assert torch.equal(model_b(x), model_a(x))
-    assert result.converged and result.history == sorted(result.history)
+    assert result.converged
+    hist = result.history  # non-decreasing up to float32 rounding of the tracked objective
+    assert all(y >= x - 1e-6 * abs(x) for x, y in zip(hist, hist[1:]))
 
 
 def _random_pair(factory, seed=0):
@@ -110,7 +112,8 @@ def test_warm_start_carries_permutation_and_duals():
     assert isinstance(first.state, MatchingState) and set(first.state.duals) == set(first.perm)
     again = weight_matching(a, b, method="accelerated", init=first.state)
     assert again.sweeps == 1 and again.solves == len(first.perm) and again.converged
-    assert permutation_equal(again.perm, first.perm) and again.objective == first.objective
+    assert permutation_equal(again.perm, first.perm)
+    assert again.objective == pytest.approx(first.objective, rel=1e-6)
     # the reference moves a little: warm accelerated == plain started from the same permutation
     sa = {
         k: v + 1e-3 * torch.randn_like(v) if v.is_floating_point() else v
