@@ -82,6 +82,7 @@ class Problem:
         keyset = set(keys)
         self.static: dict[str, Tensor | None] = {}
         self.dynamic: dict[str, list[Member]] = {}
+        self.static_keys: set[str] = set()  # keys with one permuted axis: summed into static
         for g, members in spec.groups.items():
             stat_a, stat_b, dyn = [], [], []
             for key, axis in members:
@@ -91,6 +92,7 @@ class Problem:
                 if m.others:
                     dyn.append(m)
                 else:
+                    self.static_keys.add(key)
                     stat_a.append(m.a)
                     stat_b.append(m.b.reshape(m.b.shape[0], -1))
             self.static[g] = torch.cat(stat_a, 1) @ torch.cat(stat_b, 1).T if stat_a else None
@@ -115,14 +117,12 @@ class Problem:
 
     def start(self, perm: Mapping[str, Tensor]) -> float:
         """Compute every key's value at ``perm`` (one pass over the weights); the objective."""
-        static_keys = set()
         for g, stat in self.static.items():
             if stat is not None:
                 self.static_values[g] = _trace(stat, perm[g])
-                static_keys |= {k for k, _ in self.spec.groups[g]}
         for k in self.keys:
             axes = self.spec.axes[k]
-            if k not in static_keys and any(g is not None for g in axes):
+            if k not in self.static_keys and any(g is not None for g in axes):
                 self.values[k] = self._value(k, perm)
         return self.total()
 

@@ -175,3 +175,23 @@ def test_input_errors_name_the_key():
         weight_matching(a.state_dict(), state, spec_for(a))
     with pytest.raises(ValueError, match="spec is required"):
         weight_matching(a.state_dict(), b.state_dict())
+
+
+@pytest.mark.parametrize("method", ["plain", "accelerated"])
+def test_history_is_the_objective(method):
+    torch.manual_seed(0)
+    a, b = VGG(11, width=1 / 8, norm="batch"), VGG(11, width=1 / 8, norm="batch")
+    spec, sa, sb = spec_for(a), a.state_dict(), b.state_dict()
+    init = random_permutation(spec.sizes(sa), 3)
+
+    def exact(perm):
+        pb = apply_permutation(sb, spec, perm)
+        return sum(
+            float((sa[k].double() * pb[k].double()).sum())
+            for k in sa
+            if k in pb and sa[k].is_floating_point()
+        )
+
+    res = weight_matching(sa, sb, spec, method=method, init=init)
+    assert res.history[0] == pytest.approx(exact(init), rel=1e-6)
+    assert res.history[-1] == pytest.approx(exact(res.perm), rel=1e-6)
