@@ -222,14 +222,6 @@ def regime_repeat(
     return speedup
 
 
-def _median_call(
-    fn: Callable[[], tuple[float, int, float]], repeats: int
-) -> tuple[float, int, float]:
-    runs = [fn() for _ in range(repeats)]
-    runs.sort()
-    return runs[len(runs) // 2]
-
-
 def regime_cold(label: str, a: nn.Module, b: nn.Module, repeats: int) -> tuple[float, float]:
     """Regime (b); returns (plain / reference, accelerated / reference) time ratios."""
     spec = spec_for(a)
@@ -247,11 +239,12 @@ def regime_cold(label: str, a: nn.Module, b: nn.Module, repeats: int) -> tuple[f
         return fn
 
     weight_matching(target, source, spec)  # warm-up (allocator, BLAS threads)
-    res = {
-        "reference": _median_call(ref, repeats),
-        "plain": _median_call(run("plain"), repeats),
-        "accelerated": _median_call(run("accelerated"), repeats),
-    }
+    fns = {"reference": ref, "plain": run("plain"), "accelerated": run("accelerated")}
+    runs: dict[str, list[tuple[float, int, float]]] = {k: [] for k in fns}
+    for _ in range(repeats):  # interleaved, so that a change of machine load hits all three
+        for name, fn in fns.items():
+            runs[name].append(fn())
+    res = {name: sorted(r)[len(r) // 2] for name, r in runs.items()}  # median by time
     for name, (sec, sw, so) in res.items():
         print(f"[{label}] (b) cold call, {name:11s}: " + _fmt("", sec, sw, so))
     base = res["reference"][0]
