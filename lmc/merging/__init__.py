@@ -2,7 +2,8 @@
 
 * :mod:`lmc.merging.ste`: the straight-through estimator for 2 models (004 §2.3) and STE-MM for
   n models (004 §4.1, Alg. 1) with accelerated, warm-started weight matching (§4.2):
-  :class:`STEMM` (proxies + straight-through forward), :func:`ste_mm`, :func:`ste`;
+  :class:`STEMM` (proxies + straight-through forward); :mod:`lmc.merging.loop`: the plain
+  loops :func:`ste_mm` and :func:`ste`;
 * :mod:`lmc.merging.baselines`: :func:`check_models`, weight matching to one reference
   (:func:`wm_to_reference`, 004 §3) and MergeMany (:func:`merge_many_perms`, §5);
 * :mod:`lmc.merging.evaluate`: merged vs original loss/accuracy, pairwise merges (Fig. 4),
@@ -33,15 +34,13 @@ from lmc.merging.geometry import (
     pairwise_distances,
     triplet_angles,
 )
+from lmc.merging.loop import STEResult, ste, ste_mm
 from lmc.merging.ste import (
     STEMM,
     Mixing,
     ModelBank,
-    STEResult,
     mix_states,
     sample_mixing_weights,
-    ste,
-    ste_mm,
     straight_through,
 )
 

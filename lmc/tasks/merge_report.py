@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from lightning.pytorch.loggers import WandbLogger  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from lmc.merging.evaluate import MergeEvaluation, MergeSweep  # noqa: E402
 from lmc.tasks.rundir import run_dir  # noqa: E402
@@ -58,6 +59,7 @@ def merge_figure(sweep: MergeSweep, split: str, path: Path) -> Path:
         if "gap" in metric:
             ax.axhline(0.0, color="black", linewidth=0.6)
         ax.set_xlabel("number of models n")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"{title} ({split})" if metric != "sharpness" else title, fontsize=9)
         ax.grid(alpha=0.3)
     flat[0].legend(fontsize=7)
