@@ -62,7 +62,8 @@ class InterpolationTask(L.LightningModule):
             split the summary should report last (``test`` by default).
         max_batches: cap on cached batches per split (quick looks).
         save_matched: write the matched second model (N = 2) or the matched merge (N > 2) as
-            ``matched.ckpt`` in the run directory.
+            ``matched.ckpt`` in the run directory (loadable by ``lmc.io.load_checkpoint``).
+        log_artifact: also log ``matched.ckpt`` as a W&B model artifact (W&B logger only).
         seed: seed of the matching's random group order.
     """
 
@@ -76,6 +77,7 @@ class InterpolationTask(L.LightningModule):
         splits: list[Split] | None = None,
         max_batches: int | None = None,
         save_matched: bool = False,
+        log_artifact: bool = False,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -97,6 +99,7 @@ class InterpolationTask(L.LightningModule):
         self.matcher, self.repair, self.num_alphas = matcher, repair, num_alphas
         self.splits = list(splits) if splits else ["train", "test"]
         self.max_batches, self.save_matched, self.seed = max_batches, save_matched, seed
+        self.log_artifact = log_artifact
         self.result: StudyResult | None = None
 
     def configure_optimizers(self) -> None:
@@ -135,4 +138,15 @@ class InterpolationTask(L.LightningModule):
 
         aligned = self.result.matched_states if self.result else []
         state = aligned[1] if len(aligned) == 2 else weighted_average(aligned)
-        torch.save({"state_dict": {f"net.{k}": v for k, v in state.items()}}, out / "matched.ckpt")
+        path = out / "matched.ckpt"
+        torch.save({"state_dict": {f"net.{k}": v for k, v in state.items()}}, path)
+        if self.log_artifact:
+            from lightning.pytorch.loggers import WandbLogger
+
+            for logger in self.trainer.loggers:
+                if isinstance(logger, WandbLogger):
+                    import wandb
+
+                    artifact = wandb.Artifact(f"matched-{logger.version}", type="model")
+                    artifact.add_file(str(path))
+                    logger.experiment.log_artifact(artifact)

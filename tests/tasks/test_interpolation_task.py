@@ -109,8 +109,19 @@ def test_matched_path_of_a_permuted_copy_has_no_barrier(mnist_pair, tmp_path):
     permuted = apply_permutation(state, spec, perm)
     copy = tmp_path / "permuted.ckpt"
     torch.save({"state_dict": {f"net.{k}": v for k, v in permuted.items()}}, copy)
-    _validate(root, [ckpts[0], copy], tmp_path / "out")
+    _validate(
+        root,
+        [ckpts[0], copy],
+        tmp_path / "out",
+        "--model.init_args.save_matched=true",
+        "--model.init_args.log_artifact=true",
+    )
     [run] = run_dirs(tmp_path / "out")
+    matched = model_state_dict(load_checkpoint(run / "matched.ckpt"))
+    assert all(torch.equal(matched[k], state[k]) for k in state)  # the permutation was undone
+    [wrun] = wandb_run_dirs(tmp_path / "out")
+    artifacts = [r["artifact"] for r in read_wandb_records(wrun) if r["type"] == "artifact"]
+    assert any(a["type"] == "model" for a in artifacts)
     summary = json.loads((run / "summary.json").read_text())["summary"]
     assert summary["barrier_loss_matched"] == pytest.approx(0.0, abs=1e-5)
     assert summary["barrier_loss_naive"] > 1e-3
