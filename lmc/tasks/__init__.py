@@ -1,15 +1,21 @@
 """LightningModules: thin glue that calls the pure ``lmc`` algorithms at hook points."""
 
 from lmc.tasks.classification import ClassificationTask, RegressionTask, TrainTask
+from lmc.tasks.curves import CurveTask
 from lmc.tasks.ensemble import TrainAndInterpolateTask
 from lmc.tasks.interpolation import InterpolationTask
 from lmc.tasks.merge import MergeTask
+from lmc.tasks.pam import PAMTask
+from lmc.tasks.robust import AdversarialClassificationTask
 from lmc.tasks.ste import STEMMTask, STETask
 
 __all__ = [
+    "AdversarialClassificationTask",
     "ClassificationTask",
+    "CurveTask",
     "InterpolationTask",
     "MergeTask",
+    "PAMTask",
     "RegressionTask",
     "STEMMTask",
     "STETask",

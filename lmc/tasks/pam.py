@@ -1,0 +1,299 @@
+"""``lmc fit`` task for PAM: curve and permutation optimised alternately (002 App. E)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor, nn
+
+from lmc.curves.attack import PGD
+from lmc.curves.basis import CurveKind
+from lmc.curves.birkhoff import Projection, project_doubly_stochastic
+from lmc.curves.evaluate import BNData, BNMode, curve_objective, t_grid
+from lmc.curves.pam import permutation_matrices, proximal_penalty, round_pam, soft_permute
+from lmc.permutation import apply_permutation, identity_permutation
+from lmc.tasks.classification import _adam
+from lmc.tasks.curves import CurveTask, Plane
+from lmc.tasks.interpolation import Split
+
+
+class PAMTask(CurveTask):
+    """Proximal Alternating Minimization of curve and permutation under ``lmc fit``.
+
+    Training runs ``outer_iterations`` cycles of ``perm_epochs`` epochs of the permutation
+    subproblem followed by ``curve_epochs`` epochs of the curve subproblem (set
+    ``trainer.max_epochs`` to ``outer_iterations * (perm_epochs + curve_epochs)``; later epochs
+    keep training the curve). Manual optimization:
+
+    * permutation epochs: projected SGD (``perm_lr``) on one doubly-stochastic matrix ``D_l`` per
+      permutation group, starting at the current permutation, on the loss of the curve with
+      second endpoint ``D theta_2`` plus ``prox_perm * |D - P^k|^2``; after each step every
+      ``D_l`` is projected back with ``projection_iters`` alternating projections (E.2). At the
+      end of the phase ``D`` is rounded (E.4): the previous permutation, the Hungarian projection
+      and ``bvn_samples`` permutations sampled from greedy BvN decompositions truncated to
+      ``bvn_terms`` terms are scored by the curve objective on ``select_batches`` batches of the
+      alignment subset at ``select_ts`` interior values of t, and the best is kept.
+    * curve epochs: ordinary curve training (the configured optimizer and scheduler) of the
+      offset ``theta_c - (theta_1 + P theta_2) / 2`` (E.1), plus ``prox_curve * |offset -
+      offset^k|^2``.
+
+    ``start: aligned`` begins from correlation alignment ("PAM Aligned"), ``unaligned`` from the
+    identity ("PAM Unaligned"). ``summary.json`` gets ``pam_objective_start`` and
+    ``pam_objective_end`` (the objective on the fixed selection batches and ts) and the
+    rounding history. Other arguments are those of :class:`CurveTask`.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        checkpoints: list[str],
+        start: Literal["unaligned", "aligned"] = "aligned",
+        order: int = 2,
+        curve: CurveKind = "bezier",
+        optimizer: OptimizerCallable = _adam,
+        lr_scheduler: LRSchedulerCallable | None = None,
+        weight_decay: float = 0.0,
+        outer_iterations: int = 1,
+        perm_epochs: int = 20,
+        curve_epochs: int = 250,
+        perm_lr: float = 0.01,
+        projection_iters: int = 20,
+        projection: Projection = "alternating",
+        bvn_terms: int = 10,
+        bvn_samples: int = 32,
+        prox_perm: float = 0.0,
+        prox_curve: float = 0.0,
+        select_batches: int = 4,
+        select_ts: int = 5,
+        num_ts: int = 61,
+        splits: list[Split] | None = None,
+        bn_mode: BNMode = "recompute",
+        bn_batches: int | None = None,
+        max_eval_batches: int | None = None,
+        align_batches: int | None = None,
+        evaluate_at_fit_end: bool = True,
+        plane: Plane = "none",
+        plane_size: int = 11,
+        plane_margin: float = 0.2,
+        attack: PGD | None = None,
+        adversarial_training: bool = True,
+        robust_splits: list[Split] | None = None,
+        bn_data: BNData = "clean",
+        pixel_space: bool = True,
+        seed: int = 0,
+    ) -> None:
+        if start not in ("unaligned", "aligned"):
+            raise ValueError(f"start must be 'unaligned' or 'aligned', got {start!r}")
+        if outer_iterations < 1 or perm_epochs < 0 or curve_epochs < 0:
+            raise ValueError("need outer_iterations >= 1, perm_epochs >= 0 and curve_epochs >= 0")
+        super().__init__(
+            net,
+            checkpoints,
+            order,
+            curve,
+            "correlation" if start == "aligned" else "none",
+            optimizer,
+            lr_scheduler,
+            "epoch",
+            weight_decay,
+            num_ts,
+            splits,
+            bn_mode,
+            bn_batches,
+            max_eval_batches,
+            align_batches,
+            evaluate_at_fit_end,
+            plane,
+            plane_size,
+            plane_margin,
+            attack,
+            adversarial_training,
+            robust_splits,
+            bn_data,
+            pixel_space,
+            seed,
+        )
+        self.automatic_optimization = False
+        self.start = start
+        self.outer_iterations, self.perm_epochs, self.curve_epochs = (
+            outer_iterations,
+            perm_epochs,
+            curve_epochs,
+        )
+        self.perm_lr, self.projection_iters, self.projection = perm_lr, projection_iters, projection
+        self.bvn_terms, self.bvn_samples = bvn_terms, bvn_samples
+        self.prox_perm, self.prox_curve = prox_perm, prox_curve
+        self.select_batches, self.select_ts = select_batches, select_ts
+        spec = self._spec()
+        self.groups = sorted(spec.sizes(self.states[1]))
+        sizes = spec.sizes(self.states[1])
+        ident = identity_permutation({g: sizes[g] for g in self.groups})
+        self.mats = nn.ParameterList(
+            [nn.Parameter(m) for m in permutation_matrices(ident).values()]
+        )
+        for i, g in enumerate(self.groups):
+            self.register_buffer(f"perm_{i}", ident[g].clone())
+        self.register_buffer("pam_started", torch.tensor(False))
+        self.register_buffer("anchor", torch.zeros_like(self.curve.offsets))
+        self._pending_round = False
+        self.rounds: list[dict[str, Any]] = []
+        self.objective_start = float("nan")
+        self.objective_end = float("nan")
+        self._select: list | None = None
+
+    # state ---------------------------------------------------------------------------------
+    def current_perm(self) -> dict[str, Tensor]:
+        """The current permutation ``P^k`` of ``theta_2`` (group -> indices)."""
+        return {g: getattr(self, f"perm_{i}") for i, g in enumerate(self.groups)}
+
+    def _set_perm(self, perm: dict[str, Tensor]) -> None:
+        with torch.no_grad():
+            for i, g in enumerate(self.groups):
+                getattr(self, f"perm_{i}").copy_(perm[g])
+            for d, m in zip(self.mats, permutation_matrices(perm).values()):
+                d.copy_(m)
+            self.curve.set_end_(apply_permutation(self.states[1], self._spec(), perm))
+
+    def _phase(self, epoch: int) -> tuple[int, str]:
+        cycle = self.perm_epochs + self.curve_epochs
+        k, r = divmod(epoch, max(cycle, 1))
+        if k >= self.outer_iterations:
+            return self.outer_iterations, "curve"
+        return k, "perm" if r < self.perm_epochs else "curve"
+
+    def _selection(self) -> tuple[list, list[float]]:
+        if self._select is None:
+            self._select = self._train_subset(self.select_batches)
+        ts = t_grid(self.select_ts + 2)[1:-1]
+        return self._select, ts
+
+    def objective(self, end: Tensor | None = None) -> float:
+        """The curve objective on the fixed selection batches and ts (see ``curve_objective``)."""
+        batches, ts = self._selection()
+        return curve_objective(self.net, self.curve, batches, ts, end=end)
+
+    # hooks ---------------------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        if not bool(self.pam_started):
+            groups = self.groups
+            if self.start == "aligned" and hasattr(self, "align_perm"):
+                perm = {g: self.align_perm[g].to(self.device) for g in groups}
+            else:
+                perm = {g: getattr(self, f"perm_{i}") for i, g in enumerate(groups)}
+            self._set_perm({g: p.clone() for g, p in perm.items()})
+            self.pam_started.fill_(True)
+        self._theta2 = {k: self.states[1][k].to(self.device) for k in self.curve.names}
+        self._spec_cache = self._spec()
+        with torch.inference_mode(False):
+            self.objective_start = self.objective()
+        rank_zero_info(f"PAM ({self.start} start): objective {self.objective_start:.4f}")
+
+    def configure_optimizers(self) -> Any:
+        perm_opt = torch.optim.SGD(list(self.mats), lr=self.perm_lr)
+        curve_opt = self.optimizer(self.curve.parameters())
+        if self.lr_scheduler is None:
+            return [perm_opt, curve_opt]
+        return [perm_opt, curve_opt], [self.lr_scheduler(curve_opt)]
+
+    def _soft_end(self) -> Tensor:
+        mats = dict(zip(self.groups, self.mats))
+        permuted = soft_permute(self._theta2, self._spec_cache, mats, self.curve.names)
+        return torch.cat([permuted[n].reshape(-1) for n in self.curve.names])
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        perm_opt, curve_opt = self.optimizers()
+        x, y = batch[0], batch[1]
+        t = float(torch.rand(()))
+        _, phase = self._phase(self.current_epoch)
+        if phase == "perm":
+            self._pending_round = True
+            loss, penalty, out = self.curve_loss(
+                x, y, t, end=self._soft_end(), offsets=self.curve.offsets.detach()
+            )
+            total = loss + penalty
+            if self.prox_perm:
+                prev = permutation_matrices(self.current_perm())
+                total = total + self.prox_perm * proximal_penalty(
+                    dict(zip(self.groups, self.mats)), prev
+                )
+            perm_opt.zero_grad()
+            self.manual_backward(total)
+            perm_opt.step()
+            with torch.no_grad():
+                for d in self.mats:
+                    d.copy_(project_doubly_stochastic(d, self.projection_iters, self.projection))
+        else:
+            if self._pending_round:
+                self.round_permutation()
+            loss, penalty, out = self.curve_loss(x, y, t)
+            total = loss + penalty
+            if self.prox_curve:
+                total = total + self.prox_curve * (self.curve.offsets - self.anchor).square().sum()
+            curve_opt.zero_grad()
+            self.manual_backward(total)
+            curve_opt.step()
+        self._log_train(loss, penalty, out, y)
+        self.log("pam/phase_perm", float(phase == "perm"), on_step=True, on_epoch=False)
+
+    def on_train_epoch_end(self) -> None:
+        k, phase = self._phase(self.current_epoch)
+        if phase == "perm" and self._phase(self.current_epoch + 1) != (k, "perm"):
+            self.round_permutation()
+        sched = self.lr_schedulers()
+        if phase == "curve" and sched is not None:
+            sched.step()
+
+    def on_train_end(self) -> None:
+        if self._pending_round:
+            self.round_permutation()
+        with torch.inference_mode(False):
+            self.objective_end = self.objective()
+        rank_zero_info(
+            f"PAM objective {self.objective_start:.4f} -> {self.objective_end:.4f} "
+            f"after {len(self.rounds)} rounding(s)"
+        )
+        super().on_train_end()
+
+    def round_permutation(self) -> None:
+        """Round the relaxed permutation and move the curve's second endpoint (E.4)."""
+        spec = self._spec_cache.restrict(self.curve.names)
+        prev = {g: p.clone() for g, p in self.current_perm().items()}
+        generator = torch.Generator().manual_seed(self.seed + len(self.rounds))
+
+        def score(perm: dict[str, Tensor]) -> float:
+            end = self.curve.flatten(apply_permutation(self._theta2, spec, perm))
+            return self.objective(end)
+
+        with torch.inference_mode(False), torch.no_grad():
+            mats = {g: d.detach().cpu() for g, d in zip(self.groups, self.mats)}
+            prev_cpu = {g: p.cpu() for g, p in prev.items()}
+            result = round_pam(mats, prev_cpu, score, self.bvn_samples, self.bvn_terms, generator)
+            perm = {g: p.to(self.device) for g, p in result.perm.items()}
+            self._set_perm(perm)
+            self.anchor.copy_(self.curve.offsets.detach())
+        changed = sum(int((perm[g] != prev[g]).sum()) for g in self.groups)
+        info = {
+            "candidates": len(result.scores),
+            "chosen": result.chosen,
+            "objective_previous": result.scores[0],
+            "objective_chosen": result.scores[result.chosen],
+            "units_moved": changed,
+        }
+        self.rounds.append(info)
+        self._pending_round = False
+        rank_zero_info(f"PAM rounding {len(self.rounds)}: {info}")
+
+    def summary_extra(self) -> dict[str, Any]:
+        out = super().summary_extra()
+        out.update(
+            {
+                "pam_objective_start": self.objective_start,
+                "pam_objective_end": self.objective_end,
+                "pam_rounds": self.rounds,
+            }
+        )
+        return out
