@@ -76,8 +76,9 @@ def plane_grid(
     if grid < 2:
         raise ValueError(f"grid must be >= 2 points per axis, got {grid}")
     pnames = [n for n, _ in net.named_parameters()]
-    o = _flat(origin, pnames)
-    da, db = _flat(a, pnames) - o, _flat(b, pnames) - o
+    device = next(net.parameters()).device
+    o = _flat(origin, pnames).to(device)
+    da, db = _flat(a, pnames).to(device) - o, _flat(b, pnames).to(device) - o
     na = da.norm()
     if na == 0:
         raise ValueError(f"{names[0]} and {names[1]} are identical: they span no plane")
@@ -96,7 +97,7 @@ def plane_grid(
     result.points = {names[0]: (0.0, 0.0), names[1]: coords(o + da), names[2]: coords(o + db)}
     for label, pts in (paths or {}).items():
         result.paths[label] = [
-            coords(p.detach().to(o.device) if isinstance(p, Tensor) else _flat(p, pnames))
+            coords((p.detach() if isinstance(p, Tensor) else _flat(p, pnames)).to(device))
             for p in pts
         ]
     allx = [p[0] for p in result.points.values()] + [p[0] for q in result.paths.values() for p in q]

@@ -265,3 +265,19 @@ def test_wrong_number_of_checkpoints_is_a_clear_error(tmp_path, fake_data, endpo
     ckpts = endpoints(FMNIST)
     with pytest.raises(ValueError, match="exactly 2 checkpoints"):
         run_cli("fit", "-c", str(FMNIST), *_overlay(FMNIST, tmp_path, fake_data, ckpts[:1]))
+
+
+def test_validate_without_checkpoint_evaluates_the_aligned_line(tmp_path, fake_data, endpoints):
+    run_cli(
+        "validate",
+        "-c",
+        str(FMNIST),
+        "-c",
+        CSV,
+        f"--trainer.logger.init_args.save_dir={tmp_path}",
+        *_overlay(FMNIST, tmp_path, fake_data, endpoints(FMNIST)),
+        "--model.init_args.plane=none",
+    )
+    summary = _summary(run_dirs(tmp_path)[0])
+    assert summary["align_corr_after"] > summary["align_corr_before"]
+    assert summary["test/acc_min"] <= min(summary["test/acc_start"], summary["test/acc_end"])
