@@ -8,10 +8,11 @@ from typing import Any, Literal
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MeanSquaredError, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
+
+from lmc.tasks.base import save_task_hparams
 
 STAGES = ("train", "val", "test")
 
@@ -41,13 +42,7 @@ class TrainTask(L.LightningModule, ABC):
         scheduler_interval: Literal["epoch", "step"] = "epoch",
     ) -> None:
         super().__init__()
-        # Under LightningCLI the parsed config (class paths and plain values) is stored, so
-        # `load_from_checkpoint` rebuilds `net`. Built by hand, the module object is not
-        # picklable as a safe hyper-parameter: pass `net=` again when loading.
-        if _given_hyperparameters.get() is None:
-            self.save_hyperparameters(ignore=["net", "optimizer", "lr_scheduler"])
-        else:
-            self.save_hyperparameters()
+        save_task_hparams(self, ignore=["net", "optimizer", "lr_scheduler"])
         self.net = net
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler

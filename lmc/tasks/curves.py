@@ -13,7 +13,6 @@ from typing import Any, Literal
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
@@ -32,6 +31,7 @@ from lmc.curves.evaluate import (
 from lmc.curves.plane import PlaneResult, plane_grid
 from lmc.interpolation.states import check_compatible
 from lmc.io import load_checkpoint, model_state_dict
+from lmc.tasks.base import save_task_hparams
 from lmc.tasks.classification import _adam
 from lmc.tasks.curve_report import log_curve
 from lmc.tasks.interpolation import Split, default_loss, split_batches
@@ -116,10 +116,7 @@ class CurveTask(L.LightningModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if _given_hyperparameters.get() is None:
-            self.save_hyperparameters(ignore=["net", "optimizer", "lr_scheduler"])
-        else:
-            self.save_hyperparameters()
+        save_task_hparams(self, ignore=["net", "optimizer", "lr_scheduler"])
         if len(checkpoints) != 2:
             raise ValueError(
                 f"{type(self).__name__} connects exactly 2 checkpoints, got {len(checkpoints)}: "

@@ -9,13 +9,13 @@ from typing import Any, Literal
 import lightning as L
 import torch
 from lightning.pytorch.cli import OptimizerCallable
-from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from lmc.interpolation.evaluate import LossName, batch_loss
 from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
 from lmc.models.init import reinitialize
+from lmc.tasks.base import save_task_hparams
 from lmc.tasks.classification import _adam
 from lmc.tasks.interpolation import default_loss, split_batches
 from lmc.tasks.report import log_study
@@ -50,10 +50,7 @@ class TrainAndInterpolateTask(L.LightningModule):
         splits: list[Literal["train", "val", "test"]] | None = None,
     ) -> None:
         super().__init__()
-        if _given_hyperparameters.get() is None:
-            self.save_hyperparameters(ignore=["net", "optimizer"])
-        else:
-            self.save_hyperparameters()
+        save_task_hparams(self, ignore=["net", "optimizer"])
         if num_models < 2:
             raise ValueError(f"num_models must be at least 2, got {num_models}")
         seeds = torch.randint(0, 2**31 - 1, (num_models - 1,)).tolist()

@@ -6,13 +6,13 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
-from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import nn
 
 from lmc.interpolation.evaluate import LossName, cache_batches
 from lmc.interpolation.states import check_compatible
 from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
 from lmc.io import load_checkpoint, model_state_dict
+from lmc.tasks.base import save_task_hparams
 from lmc.tasks.report import log_study
 
 Split = Literal["train", "val", "test"]
@@ -81,10 +81,7 @@ class InterpolationTask(L.LightningModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if _given_hyperparameters.get() is None:
-            self.save_hyperparameters(ignore=["net"])
-        else:
-            self.save_hyperparameters()
+        save_task_hparams(self, ignore=["net"])
         if len(checkpoints) < 2:
             raise ValueError(
                 f"InterpolationTask needs at least 2 checkpoints, got {len(checkpoints)}: set "

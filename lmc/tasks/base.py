@@ -1,0 +1,23 @@
+"""Shared LightningModule plumbing of the ``lmc`` tasks."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+
+import lightning as L
+from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+
+
+def save_task_hparams(module: L.LightningModule, ignore: Sequence[str] = ()) -> None:
+    """``save_hyperparameters`` that keeps checkpoints loadable with ``weights_only=True``.
+
+    Under LightningCLI the parsed config (class paths and plain values) is stored, so
+    ``load_from_checkpoint`` rebuilds injected modules and callables. Built by hand, those
+    objects cannot be stored safely: the ``ignore`` arguments are left out (pass them again
+    when loading).
+    """
+    if _given_hyperparameters.get() is None:
+        module.save_hyperparameters(ignore=list(ignore), frame=inspect.currentframe().f_back)
+    else:
+        module.save_hyperparameters()
