@@ -162,6 +162,9 @@ class STEMM(nn.Module):
     Attributes:
         perms: current permutation of every model (identity for the reference).
         wm_seconds: wall time spent in weight matching so far.
+        wm_stats: totals over all matching calls so far: ``calls``, ``solves`` (LAPs),
+            ``sweeps``, ``solve_seconds`` (inside the LAP solver) and ``cost_seconds``
+            (building cost matrices).
     """
 
     def __init__(
@@ -215,6 +218,9 @@ class STEMM(nn.Module):
         self.best_perms: list[Permutation] | None = None
         self.best_loss = float("inf")
         self.wm_seconds = 0.0
+        self.wm_stats = dict.fromkeys(
+            ("calls", "solves", "sweeps", "solve_seconds", "cost_seconds"), 0.0
+        )
         self.generator = torch.Generator().manual_seed(seed)
         self._rng = np.random.default_rng(seed)
 
@@ -246,6 +252,14 @@ class STEMM(nn.Module):
             self.matching[i] = res.state
             self.perms[i] = res.perm
             seconds.append(res.seconds)
+            for key, value in (
+                ("calls", 1),
+                ("solves", res.solves),
+                ("sweeps", res.sweeps),
+                ("solve_seconds", res.solve_seconds),
+                ("cost_seconds", res.cost_seconds),
+            ):
+                self.wm_stats[key] += value
         self.wm_seconds += sum(seconds)
         return seconds
 

@@ -52,7 +52,7 @@ def world(tmp_path_factory) -> dict:
             CSV,
             f"--model.init_args.net.init_args.width={WIDTH}",
             f"--seed_everything={seed}",
-            "--trainer.max_epochs=2",
+            "--trainer.max_epochs=1",
             "--test_after_fit=false",
             "--trainer.enable_progress_bar=false",
             "--trainer.enable_model_summary=false",
@@ -123,9 +123,13 @@ def _overlay(config: Path, world: dict, out: Path) -> list[str]:
 
 @pytest.mark.parametrize("config", MERGE, ids=lambda p: p.name)
 def test_every_merge_config_runs(config, world, tmp_path):
+    """Every shipped merge config runs (one step for the fit tasks) and reports; the MNIST
+    STE-MM recipe keeps its W&B logger (offline) and is read back from the W&B run."""
     task = load_yaml(config)["model"]["class_path"]
     command = "validate" if task == "lmc.tasks.MergeTask" else "fit"
-    run_cli(command, "-c", str(config), "-c", CSV, *_overlay(config, world, tmp_path))
+    wandb = config.name == "mnist_mlp_stemm.yaml"
+    logger = ["--trainer.logger.init_args.offline=true"] if wandb else ["-c", CSV]
+    run_cli(command, "-c", str(config), *logger, *_overlay(config, world, tmp_path))
     [run] = run_dirs(tmp_path)
     payload = json.loads((run / "summary.json").read_text())
     methods = {(e["method"], e["n"]) for e in payload["evaluations"]}
@@ -141,33 +145,20 @@ def test_every_merge_config_runs(config, world, tmp_path):
     assert (run / "merge.png").stat().st_size > 10_000
     assert (run / "permutations.pt").is_file()
     for ev in payload["evaluations"]:
-        assert isinstance(ev["metrics"]["test/acc"], float)
+        for key in ("test/acc", "test/loss_gap", "distance_ratio_mean"):
+            assert isinstance(ev["metrics"][key], float), key
         assert not mlp or isinstance(ev["metrics"]["sharpness"], float)
+        if mlp and load_yaml(config)["model"]["init_args"]["pairwise"]:
+            assert isinstance(ev["metrics"]["test/pairwise_loss_gap"], float)
     if task == "lmc.tasks.STETask":
         assert (run / "matched.ckpt").is_file()
-
-
-def test_stemm_run_logs_to_wandb(world, tmp_path):
-    config = CONFIGS / "merge" / "mnist_mlp_stemm.yaml"
-    args = [a for a in _overlay(config, world, tmp_path) if "sharpness" not in a]
-    run_cli(
-        "fit",
-        "-c",
-        str(config),
-        *args,
-        "--model.init_args.sharpness_probes=0",
-        "--trainer.logger.init_args.offline=true",
-    )
-    [run] = run_dirs(tmp_path)
-    payload = json.loads((run / "summary.json").read_text())
-    summary = payload["summary"]
-    for key in ("test/acc", "test/loss_gap", "test/pairwise_loss_gap", "angle_mean"):
-        assert f"stemm/n3/{key}" in summary
-    assert "sharpness" not in payload["evaluations"][0]["metrics"]  # turned off
-    [wrun] = wandb_run_dirs(tmp_path)
-    logged = read_wandb_summary(wrun)["summary"]
-    assert logged["merge/stemm/n3/test/acc"] == pytest.approx(summary["stemm/n3/test/acc"])
-    assert "train/loss_n2" in json.dumps(logged) or "train/loss" in json.dumps(logged)
+    if wandb:
+        summary = payload["summary"]
+        [wrun] = wandb_run_dirs(tmp_path)
+        logged = read_wandb_summary(wrun)["summary"]
+        for key in ("test/acc", "test/pairwise_loss_gap", "angle_mean", "sharpness"):
+            assert logged[f"merge/stemm/n3/{key}"] == pytest.approx(summary[f"stemm/n3/{key}"])
+        assert "merge/table" in json.dumps(logged) or "merge/figure" in json.dumps(logged)
 
 
 def test_ste_task_recovers_a_permuted_copy(world, tmp_path):
