@@ -10,7 +10,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
@@ -28,6 +27,7 @@ from lmc.merging import (
 )
 from lmc.permutation import Permutation, PermutationSpec
 from lmc.permutation.weight_matching import Method
+from lmc.tasks.base import save_task_hparams
 from lmc.tasks.interpolation import Split, default_loss, split_batches
 from lmc.tasks.merge_report import log_merge
 
@@ -202,11 +202,7 @@ class MergeTask(L.LightningModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        # Under LightningCLI the parsed config is stored; built by hand, `net` is not.
-        if _given_hyperparameters.get() is None:
-            self.save_hyperparameters(ignore=["net"])
-        else:
-            self.save_hyperparameters()
+        save_task_hparams(self, ["net"])
         self.states, self.num_models, self.spec = load_models(
             net, checkpoints, num_models, reference
         )

@@ -14,12 +14,12 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.cli import OptimizerCallable
-from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import Tensor, nn
 
 from lmc.interpolation.evaluate import LossName, batch_loss
 from lmc.merging import STEMM, Baseline, MergeSweep, Mixing, ModelBank, baseline_sweep
 from lmc.permutation.weight_matching import Method
+from lmc.tasks.base import save_task_hparams
 from lmc.tasks.classification import _adam
 from lmc.tasks.interpolation import Split, default_loss
 from lmc.tasks.merge import MergeReporter, load_models, save_net_checkpoint
@@ -87,11 +87,7 @@ class STEMMTask(L.LightningModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        # Under LightningCLI the parsed config is stored; built by hand, `net` is not.
-        if _given_hyperparameters.get() is None:
-            self.save_hyperparameters(ignore=["net", "optimizer"])
-        else:
-            self.save_hyperparameters()
+        save_task_hparams(self, ["net", "optimizer"])
         states, self.num_models, self.spec = load_models(net, checkpoints, num_models, reference)
         object.__setattr__(self, "_net", net)  # a template, not trained or checkpointed
         object.__setattr__(self, "_states", states)
