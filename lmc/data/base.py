@@ -7,6 +7,7 @@ on first use, so the loaders work with or without ``setup`` (e.g. from a noteboo
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import lightning as L
@@ -16,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 from lmc.data.memory import collate
 
 
-class BaseDataModule(L.LightningDataModule):
+class BaseDataModule(L.LightningDataModule, ABC):
     """Train/val/test/predict loaders plus the fixed alignment subset used for matching and
     BatchNorm re-estimation (SPEC C1).
 
@@ -46,13 +47,13 @@ class BaseDataModule(L.LightningDataModule):
         self._test: Dataset | None = None
 
     # subclasses fill these in ------------------------------------------------------------
+    @abstractmethod
     def _setup_fit(self) -> None:
         """Set ``self._train``, ``self._val`` and ``self._alignment``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _setup_test(self) -> None:
         """Set ``self._test``."""
-        raise NotImplementedError
 
     # Lightning hooks ---------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:

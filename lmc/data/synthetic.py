@@ -12,6 +12,7 @@ training samples (an i.i.d. draw, hence a fixed random subset), in a fixed order
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
 from typing import ClassVar, Literal
 
@@ -77,9 +78,9 @@ class SyntheticRegressionDataModule(BaseDataModule):
         self.alignment_size = n_train if alignment_size is None else alignment_size
         self.seed = seed
 
+    @abstractmethod
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """Draw ``n`` (input, target) pairs with ``generator``; targets include the noise."""
-        raise NotImplementedError
 
     def _draw(self, n: int, stream: int) -> RegressionTensors:
         return RegressionTensors(*self.sample(n, seeded_generator(self.seed, stream)))

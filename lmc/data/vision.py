@@ -16,6 +16,7 @@ Fashion-MNIST (000 §4, 004 App. B.1).
 from __future__ import annotations
 
 import os
+from abc import abstractmethod
 from pathlib import Path
 from typing import ClassVar
 
@@ -148,11 +149,13 @@ class VisionDataModule(BaseDataModule):
         )
         return aug if aug.active else None
 
+    @abstractmethod
     def _prepare(self) -> None:
-        raise NotImplementedError
+        """Implemented by each concrete data module."""
 
+    @abstractmethod
     def _load(self, split: str) -> tuple[Tensor, Tensor]:
-        raise NotImplementedError
+        """Implemented by each concrete data module."""
 
     def prepare_data(self) -> None:
         """Make the on-disk dataset fast to read (decompress/extract); fails fast if missing."""
