@@ -10,4 +10,10 @@ from callbacks.pruning import MagnitudePruning
 from callbacks.sharpness import SharpnessMonitor
 from callbacks.sparsity import PQIndexMonitor
 
-__all__ = ["BarrierMonitor", "MagnitudePruning", "NeuronEntropyMonitor", "PQIndexMonitor", "SharpnessMonitor"]
+__all__ = [
+    "BarrierMonitor",
+    "MagnitudePruning",
+    "NeuronEntropyMonitor",
+    "PQIndexMonitor",
+    "SharpnessMonitor",
+]
