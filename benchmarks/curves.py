@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._endpoints_fmnist import fmnist_vgg_checkpoints  # noqa: E402
+from benchmarks._endpoints import fmnist_vgg_checkpoints  # noqa: E402
 
 CURVE = ROOT / "configs" / "curves" / "fmnist_vgg11.yaml"
 PAM = ROOT / "configs" / "curves" / "fmnist_vgg11_pam.yaml"

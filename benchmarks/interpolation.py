@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._mnist import mnist_mlp_checkpoints  # noqa: E402
+from benchmarks._endpoints import mnist_mlp_checkpoints  # noqa: E402
 from lmc.data import MNISTDataModule  # noqa: E402
 from lmc.interpolation import cache_batches, evaluate, interpolate_path  # noqa: E402
 from lmc.interpolation.barrier import alpha_grid  # noqa: E402

@@ -2,7 +2,7 @@
 inside the search, and the merged models' test accuracy against the baselines.
 
 * Endpoints: five MLPs 784-512-512-512-10 trained with configs/mnist/mlp.yaml for 5 epochs,
-  seeds 0-4 (cached under benchmarks/.cache by benchmarks/_mnist.py).
+  seeds 0-4 (cached under benchmarks/.cache by benchmarks/_endpoints.py).
 * Speed: the first STE-MM epoch (batch 256, Adam lr 1e-3, 004 App. B.2) run twice side by side
   on the same batches from the same start and seed: with accelerated weight matching
   (permutation + LAP duals carried from step to step, 004 §4.2, Alg. 3) and with plain weight
@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._mnist import mnist_mlp_checkpoints  # noqa: E402
+from benchmarks._endpoints import mnist_mlp_checkpoints  # noqa: E402
 from lmc.data import MNISTDataModule  # noqa: E402
 from lmc.interpolation import cache_batches  # noqa: E402
 from lmc.io import load_checkpoint, model_state_dict  # noqa: E402
