@@ -58,7 +58,7 @@ class LMCCLI(LightningCLI):
         sub = self.config.get("subcommand")
         ckpt = self.config[sub].get("ckpt_path") if sub else None
         if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
-            load_checkpoint(ckpt)
+            load_checkpoint(ckpt, mmap=True)
         super()._parse_ckpt_path()
 
     def before_instantiate_classes(self) -> None:
@@ -85,7 +85,8 @@ def _check_model_checkpoints(cfg: Any) -> None:
     from lmc.interpolation.states import check_compatible
     from lmc.io import model_state_dict
 
-    check_compatible([model_state_dict(load_checkpoint(p)) for p in paths], [str(p) for p in paths])
+    states = [model_state_dict(load_checkpoint(p, mmap=True)) for p in paths]  # shapes only
+    check_compatible(states, [str(p) for p in paths])
 
 
 def _resolve_logger_dirs(cfg: Any) -> None:

@@ -15,8 +15,13 @@ class CheckpointError(ValueError):
     """A checkpoint file exists but cannot be used (corrupt, untrusted or of the wrong kind)."""
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+def load_checkpoint(
+    path: str | Path, map_location: str | torch.device = "cpu", mmap: bool = False
+) -> dict[str, Any]:
     """Load a checkpoint with ``torch.load(weights_only=True)``.
+
+    ``mmap=True`` memory-maps the tensors instead of reading them: a cheap validity and shape
+    check of a file that is read in full later.
 
     Raises:
         FileNotFoundError: the path does not exist.
@@ -30,7 +35,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             "usually <run dir>/checkpoints/*.ckpt)"
         )
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
         raise CheckpointError(
             f"refusing to load {path}: it contains pickled Python objects beyond tensors and plain "
