@@ -90,9 +90,10 @@ def reset_bn(
 
 
 def repair_points(model: nn.Module) -> list[str]:
-    """Names of the Linear/Conv2d layers REPAIR rescales: all but the last (output) layer."""
-    names = [n for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
-    return names[:-1]
+    """Names of the layers REPAIR rescales: every Linear/Conv2d but the last (output) layer
+    that carries a bias (the bias absorbs the mean shift, so the state-dict keys stay fixed)."""
+    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    return [n for n, m in layers[:-1] if m.bias is not None]
 
 
 @torch.no_grad()

@@ -134,9 +134,7 @@ def interpolate_path(
     repair_seconds = 0.0
     stats_a = stats_b = None
     if repair_mode == "repair":
-        points = [
-            p for p in repair_points(model) if dict(model.named_modules())[p].bias is not None
-        ]
+        points = repair_points(model)
         model.load_state_dict(a)
         stats_a = channel_stats(model, align_batches, points)
         model.load_state_dict(b)
@@ -173,9 +171,7 @@ def _repair_merged(
     if repair_mode == "reset_bn":
         reset_bn(model, align_batches)
     elif repair_mode == "repair":
-        points = [
-            p for p in repair_points(model) if dict(model.named_modules())[p].bias is not None
-        ]
+        points = repair_points(model)
         stats = []
         for s in states:
             model.load_state_dict(s)

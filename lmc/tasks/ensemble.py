@@ -17,7 +17,7 @@ from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_
 from lmc.models.init import reinitialize
 from lmc.tasks.base import save_task_hparams
 from lmc.tasks.classification import _adam
-from lmc.tasks.interpolation import default_loss, split_batches
+from lmc.tasks.interpolation import default_loss, eval_and_align_batches
 from lmc.tasks.report import log_study
 
 
@@ -85,8 +85,7 @@ class TrainAndInterpolateTask(L.LightningModule):
 
     def on_train_end(self) -> None:
         dm = self.trainer.datamodule
-        splits = split_batches(dm, self.splits, None, self.device)
-        align = split_batches(dm, ["train"], None, self.device)["train"]
+        splits, align = eval_and_align_batches(dm, self.splits, None, self.device)
         states = [{k: v.detach().clone() for k, v in net.state_dict().items()} for net in self.nets]
         self.result = interpolation_study(
             self.nets[0],

@@ -34,6 +34,17 @@ def split_batches(
     return out
 
 
+def eval_and_align_batches(
+    datamodule: Any, splits: list[str], max_batches: int | None, device: Any
+) -> tuple[dict[str, list], list]:
+    """The cached evaluation splits and the alignment subset (shared with ``train`` if asked)."""
+    batches = split_batches(datamodule, splits, max_batches, device)
+    align = (
+        batches.get("train") or split_batches(datamodule, ["train"], max_batches, device)["train"]
+    )
+    return batches, align
+
+
 def default_loss(datamodule: Any) -> LossName:
     return (
         "mse" if getattr(datamodule, "task", "classification") == "regression" else "cross_entropy"
@@ -109,8 +120,7 @@ class InterpolationTask(L.LightningModule):
         if self.trainer.sanity_checking:
             return
         dm = self.trainer.datamodule
-        splits = split_batches(dm, self.splits, self.max_batches, self.device)
-        align = split_batches(dm, ["train"], self.max_batches, self.device)["train"]
+        splits, align = eval_and_align_batches(dm, self.splits, self.max_batches, self.device)
         self.result = interpolation_study(
             self.net,
             self.states,

@@ -28,7 +28,7 @@ from lmc.merging import (
 from lmc.permutation import Permutation, PermutationSpec
 from lmc.permutation.weight_matching import Method
 from lmc.tasks.base import save_task_hparams
-from lmc.tasks.interpolation import Split, default_loss, split_batches
+from lmc.tasks.interpolation import Split, default_loss, eval_and_align_batches, split_batches
 from lmc.tasks.merge_report import log_merge
 
 
@@ -102,8 +102,7 @@ class MergeReporter:
         trainer = module.trainer
         dm = trainer.datamodule
         device = module.device
-        splits = split_batches(dm, self.splits, self.max_batches, device)
-        align = split_batches(dm, ["train"], self.max_batches, device)["train"]
+        splits, align = eval_and_align_batches(dm, self.splits, self.max_batches, device)
         net = copy.deepcopy(net).to(device)
         sweep = evaluate_sweep(
             net,
