@@ -63,3 +63,10 @@ def model_state_dict(ckpt: Mapping[str, Any], prefix: str = "net.") -> dict[str,
     if any(k.startswith(prefix) for k in state):
         return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
     return dict(state)
+
+
+def save_net_checkpoint(
+    state: Mapping[str, Tensor], path: str | Path, prefix: str = "net."
+) -> None:
+    """Write ``state`` as a checkpoint ``lmc`` tasks read back (``model_state_dict``'s inverse)."""
+    torch.save({"state_dict": {f"{prefix}{k}": v for k, v in state.items()}}, path)

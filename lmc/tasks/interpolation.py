@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import lightning as L
-import torch
 from torch import nn
 
 from lmc.interpolation.evaluate import LossName, cache_batches
 from lmc.interpolation.states import check_compatible
 from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
-from lmc.io import load_checkpoint, model_state_dict
+from lmc.io import load_checkpoint, model_state_dict, save_net_checkpoint
 from lmc.tasks.base import save_task_hparams
 from lmc.tasks.report import log_study
 
@@ -146,7 +145,7 @@ class InterpolationTask(L.LightningModule):
         aligned = self.result.matched_states if self.result else []
         state = aligned[1] if len(aligned) == 2 else weighted_average(aligned)
         path = out / "matched.ckpt"
-        torch.save({"state_dict": {f"net.{k}": v for k, v in state.items()}}, path)
+        save_net_checkpoint(state, path)
         if self.log_artifact:
             from lightning.pytorch.loggers import WandbLogger
 

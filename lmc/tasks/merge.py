@@ -154,11 +154,6 @@ class MergeReporter:
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
-def save_net_checkpoint(state: Mapping[str, Tensor], path: Path) -> None:
-    """A checkpoint ``lmc`` tasks read back (``checkpoints`` entries): ``net.``-prefixed keys."""
-    torch.save({"state_dict": {f"net.{k}": v for k, v in state.items()}}, path)
-
-
 class MergeTask(L.LightningModule):
     """Merge the first n checkpoints for every n in ``num_models`` with the baselines and
     report the merge metrics (004 §3, §5, §6). Run with ``lmc validate``: no training.

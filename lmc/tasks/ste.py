@@ -17,12 +17,13 @@ from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 
 from lmc.interpolation.evaluate import LossName, batch_loss
+from lmc.io import save_net_checkpoint
 from lmc.merging import STEMM, Baseline, MergeSweep, Mixing, ModelBank, baseline_sweep
 from lmc.permutation.weight_matching import Method
 from lmc.tasks.base import save_task_hparams
 from lmc.tasks.classification import _adam
 from lmc.tasks.interpolation import Split, default_loss
-from lmc.tasks.merge import MergeReporter, load_models, save_net_checkpoint
+from lmc.tasks.merge import MergeReporter, load_models
 
 
 class STEMMTask(L.LightningModule):
