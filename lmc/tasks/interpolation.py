@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import lightning as L
 from torch import nn
 
 from lmc.interpolation.evaluate import LossName, cache_batches
 from lmc.interpolation.states import check_compatible
 from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
 from lmc.io import load_checkpoint, model_state_dict, save_net_checkpoint
-from lmc.tasks.base import save_task_hparams
+from lmc.tasks.base import EvaluationTask, save_task_hparams
 from lmc.tasks.report import log_study
 
 Split = Literal["train", "val", "test"]
@@ -50,7 +49,7 @@ def default_loss(datamodule: Any) -> LossName:
     )
 
 
-class InterpolationTask(L.LightningModule):
+class InterpolationTask(EvaluationTask):
     """Barriers along linear paths between 2+ checkpoints, naive and matched, with repair.
 
     Run with ``lmc validate``: it returns no optimizer. All checkpoints are read (safely) and
@@ -109,15 +108,7 @@ class InterpolationTask(L.LightningModule):
         self.log_artifact = log_artifact
         self.result: StudyResult | None = None
 
-    def configure_optimizers(self) -> None:
-        return None
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        return None
-
-    def on_validation_epoch_end(self) -> None:
-        if self.trainer.sanity_checking:
-            return
+    def evaluate(self) -> None:
         dm = self.trainer.datamodule
         splits, align = eval_and_align_batches(dm, self.splits, self.max_batches, self.device)
         self.result = interpolation_study(

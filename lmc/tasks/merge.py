@@ -27,7 +27,7 @@ from lmc.merging import (
 )
 from lmc.permutation import Permutation, PermutationSpec
 from lmc.permutation.weight_matching import Method
-from lmc.tasks.base import save_task_hparams
+from lmc.tasks.base import EvaluationTask, save_task_hparams
 from lmc.tasks.interpolation import Split, default_loss, eval_and_align_batches, split_batches
 from lmc.tasks.merge_report import log_merge
 
@@ -154,7 +154,7 @@ class MergeReporter:
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
-class MergeTask(L.LightningModule):
+class MergeTask(EvaluationTask):
     """Merge the first n checkpoints for every n in ``num_models`` with the baselines and
     report the merge metrics (004 §3, §5, §6). Run with ``lmc validate``: no training.
 
@@ -209,15 +209,7 @@ class MergeTask(L.LightningModule):
         )
         self.sweep: MergeSweep | None = None
 
-    def configure_optimizers(self) -> None:
-        return None
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        return None
-
-    def on_validation_epoch_end(self) -> None:
-        if self.trainer.sanity_checking:
-            return
+    def evaluate(self) -> None:
         # the validation loop runs under inference mode; the sharpness estimate needs
         # autograd, so the report builds its models and batches outside of it
         with torch.inference_mode(False):
