@@ -20,20 +20,35 @@ def _dot(x: Tensor, y: Tensor) -> float:
     return float(torch.dot(x.reshape(-1), y.reshape(-1))) if x.numel() else 0.0
 
 
+def _fingerprint(t: Tensor) -> tuple:
+    """Identity of a source tensor's storage and contents (in-place edits bump ``_version``)."""
+    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device, t._version)
+
+
 class Member:
-    """One ``(key, axis)`` of a group, unfolded for cost-matrix products."""
+    """One ``(key, axis)`` of a group, unfolded for cost-matrix products.
 
-    __slots__ = ("key", "a", "b", "others")
+    The source side (``b``, unfolded, and optionally the source gathered by the permutations
+    of its other axes) depends only on the source tensor, so accelerated matching keeps members
+    across calls (:class:`SourceCache`) while the target side ``a`` is set anew every call.
+    """
 
-    def __init__(
-        self, key: str, axis: int, a: Tensor, b: Tensor, axes: tuple[str | None, ...]
-    ) -> None:
-        n = a.shape[axis]
+    __slots__ = ("key", "axis", "a", "b", "others", "fingerprint", "_gathered", "_used")
+
+    def __init__(self, key: str, axis: int, b: Tensor, axes: tuple[str | None, ...]) -> None:
         self.key = key
-        self.a = a.movedim(axis, 0).reshape(n, -1)  # a view when axis == 0
+        self.axis = axis
+        self.fingerprint = _fingerprint(b)
         self.b = b.movedim(axis, 0).contiguous()  # (n, *other axes in original order)
         others = [ax for i, ax in enumerate(axes) if i != axis]
         self.others = [(dim + 1, g) for dim, g in enumerate(others) if g is not None]
+        self.a = self.b.new_empty(0)
+        self._gathered: Tensor | None = None
+        self._used: list[Tensor] = []
+
+    def set_target(self, a: Tensor) -> None:
+        """The target's entry, unfolded along this member's axis (a view when axis == 0)."""
+        self.a = a.movedim(self.axis, 0).reshape(a.shape[self.axis], -1)
 
     def _gather(self, b: Tensor, perm: Mapping[str, Tensor], skip: int = -1) -> Tensor:
         for dim, g in self.others:
@@ -41,10 +56,44 @@ class Member:
                 b = b.index_select(dim, perm[g])
         return b
 
-    def product(self, perm: Mapping[str, Tensor]) -> Tensor:
-        """``A_k B~_k^T`` with the source's other axes permuted by ``perm``."""
-        b = self._gather(self.b, perm)
+    def gathered(self, perm: Mapping[str, Tensor]) -> Tensor:
+        """The source with its other axes permuted by ``perm``, kept for the next request.
+
+        Reused as is when those permutations are unchanged (equal values) since the last
+        request, patched at the moved positions when one of them moved a few units, else
+        gathered afresh.
+        """
+        used = [perm[g] for _, g in self.others]
+        if self._gathered is not None:
+            moved = [i for i, (o, u) in enumerate(zip(self._used, used)) if not torch.equal(o, u)]
+            if not moved:
+                return self._gathered
+            if len(moved) == 1:
+                dim = self.others[moved[0]][0]
+                new, old = used[moved[0]], self._used[moved[0]]
+                changed = (new != old).nonzero().flatten()
+                if changed.numel() * 3 <= new.numel():
+                    part = self._gather(self.b.index_select(dim, new[changed]), perm, skip=dim)
+                    self._gathered.index_copy_(dim, changed, part)
+                    self._used[moved[0]] = new.clone()
+                    return self._gathered
+        self._gathered = self._gather(self.b, perm)
+        self._used = [u.clone() for u in used]
+        return self._gathered
+
+    def product(self, perm: Mapping[str, Tensor], cached: bool = False) -> Tensor:
+        """``A_k B~_k^T`` with the source's other axes permuted by ``perm``.
+
+        ``cached`` reuses (and keeps) the gathered source, see :meth:`gathered`.
+        """
+        b = self.gathered(perm) if cached else self._gather(self.b, perm)
         return self.a @ b.reshape(b.shape[0], -1).T
+
+    def value(self, perm: Mapping[str, Tensor], group: str) -> float:
+        """``<A_k, pi(B_k)>`` from the kept gathered source: one row gather, no full permute."""
+        b = self.gathered(perm)
+        rows = b.reshape(b.shape[0], -1).index_select(0, perm[group])
+        return _dot(self.a, rows)
 
     def update(self, prod: Tensor, perm: Mapping[str, Tensor], dim: int, old: Tensor) -> bool:
         """Update ``prod`` in place after the permutation on ``dim`` changed from ``old``.
@@ -76,21 +125,35 @@ class Problem:
     ``<A_k, pi(B_k)> = sum_i P[i, p_g(i)]``; no further pass over the weights is needed.
     """
 
-    def __init__(self, a: StateDict, b: StateDict, spec: PermutationSpec, keys: list[str]) -> None:
+    def __init__(
+        self,
+        a: StateDict,
+        b: StateDict,
+        spec: PermutationSpec,
+        keys: list[str],
+        cache: SourceCache | None = None,
+    ) -> None:
         self.spec = spec
         self.keys = keys
+        self.cache = cache
         keyset = set(keys)
         self.static: dict[str, Tensor | None] = {}
         self.dynamic: dict[str, list[Member]] = {}
         self.static_keys: set[str] = set()  # keys with one permuted axis: summed into static
+        self.first_member: dict[str, tuple[Member, str]] = {}
         for g, members in spec.groups.items():
             stat_a, stat_b, dyn = [], [], []
             for key, axis in members:
                 if key not in keyset:
                     continue
-                m = Member(key, axis, a[key], b[key], spec.axes[key])
+                if cache is not None:
+                    m = cache.member(key, axis, b[key], spec.axes[key])
+                else:
+                    m = Member(key, axis, b[key], spec.axes[key])
+                m.set_target(a[key])
                 if m.others:
                     dyn.append(m)
+                    self.first_member.setdefault(key, (m, g))
                 else:
                     self.static_keys.add(key)
                     stat_a.append(m.a)
@@ -123,7 +186,11 @@ class Problem:
         for k in self.keys:
             axes = self.spec.axes[k]
             if k not in self.static_keys and any(g is not None for g in axes):
-                self.values[k] = self._value(k, perm)
+                first = self.first_member.get(k)
+                if self.cache is not None and first is not None and k not in self.self_loop:
+                    self.values[k] = first[0].value(perm, first[1])
+                else:
+                    self.values[k] = self._value(k, perm)
         return self.total()
 
     def refresh(
@@ -141,3 +208,34 @@ class Problem:
     def total(self) -> float:
         """The tracked objective ``<theta_a, pi(theta_b)>``."""
         return self.const + sum(self.static_values.values()) + sum(self.values.values())
+
+
+class SourceCache:
+    """Source-side members kept across accelerated calls with the same source (STE / STE-MM /
+    MergeMany match a fixed model to a moving target every step).
+
+    A member is reused while its source tensor is the same storage with unchanged contents
+    (pointer, shape, strides, dtype, device and in-place version); otherwise it is rebuilt. It
+    holds the unfolded source and the source gathered by the permutations of its other axes:
+    about twice the source's size.
+    """
+
+    def __init__(self) -> None:
+        self.members: dict[tuple[str, int, tuple[str | None, ...]], Member] = {}
+
+    def member(self, key: str, axis: int, b: Tensor, axes: tuple[str | None, ...]) -> Member:
+        """The kept member for ``(key, axis)`` if ``b`` is the tensor it was built from."""
+        slot = (key, axis, tuple(axes))
+        m = self.members.get(slot)
+        if m is None or m.fingerprint != _fingerprint(b):
+            m = self.members[slot] = Member(key, axis, b, axes)
+        return m
+
+    def nbytes(self) -> int:
+        """Memory held by the kept source tensors."""
+        total = 0
+        for m in self.members.values():
+            total += m.b.numel() * m.b.element_size()
+            if m._gathered is not None:
+                total += m._gathered.numel() * m._gathered.element_size()
+        return total

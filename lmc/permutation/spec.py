@@ -187,7 +187,8 @@ def check_finite(state: StateDict, name: str = "state dict") -> None:
 def check_same_architecture(
     a: StateDict, b: StateDict, names: tuple[str, str] = ("a", "b")
 ) -> None:
-    """Raise :class:`SpecError` unless ``a`` and ``b`` have the same keys and shapes."""
+    """Raise :class:`SpecError` unless ``a`` and ``b`` have the same keys, shapes and kinds of
+    dtype (floating point or not)."""
     only_a = [k for k in a if k not in b]
     only_b = [k for k in b if k not in a]
     if only_a or only_b:
@@ -200,4 +201,9 @@ def check_same_architecture(
             raise SpecError(
                 f"models do not match at {k!r}: shape {tuple(a[k].shape)} in {names[0]} vs "
                 f"{tuple(b[k].shape)} in {names[1]} (different width or options?)"
+            )
+        if a[k].is_floating_point() != b[k].is_floating_point():
+            raise SpecError(
+                f"models do not match at {k!r}: dtype {a[k].dtype} in {names[0]} vs "
+                f"{b[k].dtype} in {names[1]}; convert both state dicts the same way"
             )
