@@ -20,8 +20,9 @@ Two regimes, as 004 Fig. 2 measures them:
     one epoch on MNIST from ``$LMC_DATA_DIR/MNIST/raw``, cached under ``benchmarks/.cache``;
     random init with a note if the data is missing); median of ``--repeats`` calls.
 
-Run ``python benchmarks/weight_matching.py`` (CPU, no arguments). The last line holds the
-key=value results.
+Run ``python benchmarks/weight_matching.py`` (CPU, no arguments; ``--device cuda`` keeps the
+weights and products on a GPU, the setting of 004 Fig. 2). The last line holds the key=value
+results.
 """
 
 from __future__ import annotations
@@ -65,7 +66,11 @@ def reference_weight_matching(
     scipy; stop after a sweep in which no group improved."""
     t0 = time.perf_counter()
     sizes = spec.sizes(a)
-    perm = {g: (init[g].clone() if init is not None else torch.arange(n)) for g, n in sizes.items()}
+    device = next(iter(a.values())).device
+    perm = {
+        g: (init[g].clone().to(device) if init is not None else torch.arange(n, device=device))
+        for g, n in sizes.items()
+    }
     groups = list(spec.groups)
     rng = np.random.default_rng(seed)
     solve, sweeps = 0.0, 0
@@ -75,7 +80,7 @@ def reference_weight_matching(
         for i in rng.permutation(len(groups)):
             g = groups[i]
             n = sizes[g]
-            cost = torch.zeros(n, n)
+            cost = torch.zeros(n, n, device=device)
             for key, axis in spec.groups[g]:
                 wa, wb = a[key], b[key]
                 for ax, h in enumerate(spec.axes[key]):
@@ -84,14 +89,14 @@ def reference_weight_matching(
                 wa = torch.movedim(wa, axis, 0).reshape(n, -1)
                 wb = torch.movedim(wb, axis, 0).reshape(n, -1)
                 cost += wa @ wb.T
-            cost = cost.numpy()
+            cost = cost.cpu().numpy()
             ts = time.perf_counter()
             _, ci = linear_sum_assignment(cost, maximize=True)
             solve += time.perf_counter() - ts
-            old = cost[np.arange(n), perm[g].numpy()].sum()
+            old = cost[np.arange(n), perm[g].cpu().numpy()].sum()
             new = cost[np.arange(n), ci].sum()
             progress = progress or new > old + 1e-12
-            perm[g] = torch.as_tensor(ci)
+            perm[g] = torch.as_tensor(ci, device=device)
         if not progress:
             break
     return {"perm": perm, "seconds": time.perf_counter() - t0, "solve": solve, "sweeps": sweeps}
@@ -158,15 +163,18 @@ def mnist_mlp_pair() -> tuple[nn.Module, nn.Module, str]:
     return models[0], models[1], note
 
 
+DEVICE = torch.device("cpu")
+
+
 def _state(model: nn.Module) -> dict[str, Tensor]:
-    return {k: v.detach() for k, v in model.state_dict().items()}
+    return {k: v.detach().to(DEVICE) for k, v in model.state_dict().items()}
 
 
 def _drift(state: Mapping[str, Tensor], eps: float, gen: torch.Generator) -> dict[str, Tensor]:
     out = {}
     for k, v in state.items():
         if v.is_floating_point() and v.numel() > 1:
-            v = v + eps * float(v.std()) * torch.randn(v.shape, generator=gen)
+            v = v + eps * float(v.std()) * torch.randn(v.shape, generator=gen).to(v.device)
         out[k] = v
     return out
 
@@ -178,13 +186,19 @@ def full_build_seconds(
     """Time of one cost matrix per group, the member products alone (source already unfolded
     and permuted): the least work per call of any exact method once the target has moved."""
     keys = [k for k, t in a.items() if t.dtype.is_floating_point]
+    device = a[keys[0]].device
+    perm = {g: p.to(device) for g, p in perm.items()}
     problem = Problem(a, b, spec, keys, SourceCache())
     members = [m for group in problem.dynamic.values() for m in group]
     for m in members:
         m.gathered(perm)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     t0 = time.perf_counter()
     for m in members:
         m.product(perm, cached=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     return time.perf_counter() - t0
 
 
@@ -306,10 +320,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--drift", type=float, default=0.01, help="reference move per call, x std")
     p.add_argument("--repeats", type=int, default=5, help="cold calls on the MLP in (b)")
     p.add_argument("--quick", action="store_true", help="small widths, for a smoke test")
+    p.add_argument("--device", default="cpu", help="where the weights and products live")
     args = p.parse_args(argv)
+    global DEVICE
+    DEVICE = torch.device(args.device)
     t0 = time.perf_counter()
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {DEVICE}")
 
     mlp_a, mlp_b, note = mnist_mlp_pair()
     print(f"[mnist-mlp] {note}")

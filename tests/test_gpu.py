@@ -43,3 +43,18 @@ def test_weight_matching_on_gpu_tensors_equals_cpu():
     )
     aligned = apply_permutation(permuted, spec, result.perm)
     assert all(torch.equal(aligned[k].cpu(), state[k]) for k in state)
+
+
+def test_weight_matching_benchmark_runs_on_gpu(capsys):
+    from benchmarks.weight_matching import main
+
+    main(["--quick", "--device", "cuda", "--repeats", "1"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    values = dict(pair.split("=") for pair in last.split())
+    assert set(values) == {
+        "wm_repeat_speedup_resnet20x16",
+        "wm_repeat_speedup_vgg11x4",
+        "wm_mlp_plain_vs_reference",
+        "wm_mlp_accel_vs_reference",
+    }
+    assert all(float(v) > 0 for v in values.values())
