@@ -54,6 +54,8 @@ class StudyResult:
     matched_states: list[dict[str, Tensor]]
     timings: dict[str, float]
     summary: dict[str, float]
+    # N > 2: the uniform merge of the matched states as evaluated (after the study's repair)
+    matched_merge: dict[str, Tensor] | None = None
 
 
 def match_states(
@@ -232,9 +234,12 @@ def interpolation_study(
     timings["interpolation_seconds"] = time.perf_counter() - start - timings["repair_seconds"]
 
     merges: dict[str, dict[str, float]] = {}
+    matched_merge = None
     if len(states) > 2:
         for variant, group in variants.items():
             _repair_merged(model, group, weighted_average(group), repair_mode, align_batches)
+            if variant == "matched":
+                matched_merge = {k: v.detach().clone() for k, v in model.state_dict().items()}
             merges[variant] = {}
             for split, batches in splits.items():
                 r = evaluate(model, batches, loss)
@@ -267,4 +272,4 @@ def interpolation_study(
         for k, v in vals.items():
             summary[f"merge_{variant}_{k.replace('/', '_')}"] = v
     summary.update(timings)
-    return StudyResult(paths, merges, aligned, timings, summary)
+    return StudyResult(paths, merges, aligned, timings, summary, matched_merge)

@@ -70,8 +70,9 @@ class InterpolationTask(EvaluationTask):
         splits: which splits to evaluate; ``train`` means the alignment subset of train. Put the
             split the summary should report last (``test`` by default).
         max_batches: cap on cached batches per split (quick looks).
-        save_matched: write the matched second model (N = 2) or the matched merge (N > 2) as
-            ``matched.ckpt`` in the run directory (loadable by ``lmc.io.load_checkpoint``).
+        save_matched: write the matched second model (N = 2) or the matched merge (N > 2, after
+            the ``repair`` the study evaluated it with) as ``matched.ckpt`` in the run directory
+            (loadable by ``lmc.io.load_checkpoint``).
         log_artifact: also log ``matched.ckpt`` as a W&B model artifact (W&B logger only).
         seed: seed of the matching's random group order.
     """
@@ -133,8 +134,14 @@ class InterpolationTask(EvaluationTask):
     def _save_matched(self, out: Any) -> None:
         from lmc.interpolation.states import weighted_average
 
-        aligned = self.result.matched_states if self.result else []
-        state = aligned[1] if len(aligned) == 2 else weighted_average(aligned)
+        result = self.result
+        aligned = result.matched_states if result else []
+        if len(aligned) == 2:
+            state = aligned[1]
+        elif result is not None and result.matched_merge is not None:
+            state = result.matched_merge  # with BatchNorm reset / REPAIR when the study did it
+        else:
+            state = weighted_average(aligned)
         path = out / "matched.ckpt"
         save_net_checkpoint(state, path)
         if self.log_artifact:

@@ -112,6 +112,41 @@ def test_reset_bn_gives_exact_statistics_of_the_subset_even_with_unequal_batches
     assert not model.training
 
 
+def test_study_keeps_the_matched_merge_as_evaluated_with_bn_reset():
+    """N > 2: the merge a study reports (and `save_matched` writes) carries the reset statistics."""
+    from lmc.interpolation.study import interpolation_study
+
+    torch.manual_seed(0)
+    nets = [MLP(12, 3, width=8, depth=2, norm="batch") for _ in range(3)]
+    batches = _data()
+    for net in nets:  # distinct running statistics per model
+        reset_bn(net, [(x * (1 + i), y) for i, (x, y) in enumerate(batches)])
+    states = [n.state_dict() for n in nets]
+    result = interpolation_study(
+        nets[0],
+        states,
+        {"test": batches},
+        repair_mode="reset_bn",
+        align_batches=batches,
+        num_alphas=3,
+    )
+    merged = result.matched_merge
+    assert merged is not None
+    expected = MLP(12, 3, width=8, depth=2, norm="batch")
+    expected.load_state_dict(weighted_average(result.matched_states))
+    reset_bn(expected, batches)
+    for k, v in expected.state_dict().items():
+        torch.testing.assert_close(merged[k], v)
+    plain = weighted_average(result.matched_states)
+    assert not torch.allclose(merged["norms.0.running_var"], plain["norms.0.running_var"])
+    net = MLP(12, 3, width=8, depth=2, norm="batch").eval()
+    net.load_state_dict(merged)
+    x = torch.cat([b[0] for b in batches])
+    y = torch.cat([b[1] for b in batches])
+    loss = nn.functional.cross_entropy(net(x), y).item()
+    assert loss == pytest.approx(result.merges["matched"]["test/loss"], rel=1e-5)
+
+
 def test_repair_matches_target_channel_statistics():
     torch.manual_seed(0)
     a, b = MLP(12, 3, width=16, depth=3), MLP(12, 3, width=16, depth=3)
