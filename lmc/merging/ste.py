@@ -224,6 +224,58 @@ class STEMM(nn.Module):
         self.generator = torch.Generator().manual_seed(seed)
         self._rng = np.random.default_rng(seed)
 
+    # --- checkpointing (so that a resumed run continues exactly where it stopped) ---------
+    def get_extra_state(self) -> dict[str, Any]:
+        """The search's non-parameter state: current and best permutations, each model's
+        matching warm start (permutation and LAP duals), the lambda generator and the group-order
+        RNG, and the matching totals. Tensors and plain Python values only, so checkpoints load
+        with ``weights_only=True``; the kept source cache is rebuilt on the first call."""
+        matching = [
+            None
+            if m is None
+            else {
+                "perm": dict(m.perm),
+                "duals": {
+                    g: (torch.from_numpy(u), torch.from_numpy(v)) for g, (u, v) in m.duals.items()
+                },
+            }
+            for m in self.matching
+        ]
+        return {
+            "perms": [dict(p) for p in self.perms],
+            "matching": matching,
+            "best_perms": None if self.best_perms is None else [dict(p) for p in self.best_perms],
+            "best_loss": self.best_loss,
+            "wm_seconds": self.wm_seconds,
+            "wm_stats": dict(self.wm_stats),
+            "generator": self.generator.get_state(),
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_extra_state` saved."""
+        if len(state["perms"]) != self.n:
+            raise ValueError(
+                f"the saved STE-MM search merged {len(state['perms'])} models, this one {self.n}"
+            )
+        self.perms = [dict(p) for p in state["perms"]]
+        self.matching = [
+            None
+            if m is None
+            else MatchingState(
+                dict(m["perm"]),
+                {g: (u.numpy().copy(), v.numpy().copy()) for g, (u, v) in m["duals"].items()},
+            )
+            for m in state["matching"]
+        ]
+        best = state["best_perms"]
+        self.best_perms = None if best is None else [dict(p) for p in best]
+        self.best_loss = float(state["best_loss"])
+        self.wm_seconds = float(state["wm_seconds"])
+        self.wm_stats = dict(state["wm_stats"])
+        self.generator.set_state(state["generator"])
+        self._rng.bit_generator.state = state["rng"]
+
     @property
     def _models(self) -> ModelBank:
         shared = self.__dict__.get("_bank")
