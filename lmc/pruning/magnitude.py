@@ -59,9 +59,15 @@ def magnitude_mask(weight: Tensor, rate: float, mask: Tensor | None = None) -> T
                 "iterative pruning needs non-decreasing rates"
             )
         score = torch.where(mask.reshape(-1) == 0, torch.full_like(score, -1.0), score)
-    order = torch.sort(score, stable=True).indices
+    # the first k of a stable sort by magnitude, without sorting: everything below the k-th
+    # smallest value, then the lowest-index entries equal to it (ties broken by position)
     new = torch.ones(weight.numel(), dtype=weight.dtype, device=weight.device)
-    new[order[:k]] = 0
+    if k > 0:
+        kth = torch.kthvalue(score, k).values
+        below = score < kth
+        ties = (score == kth).nonzero().flatten()[: k - int(below.sum())]
+        new[below] = 0
+        new[ties] = 0
     return new.view_as(weight)
 
 

@@ -66,6 +66,16 @@ def test_ties_are_broken_to_the_exact_count():
     assert magnitude_mask(w, 5 / 6).tolist() == [0, 0, 0, 0, 0, 1]
 
 
+def test_mask_equals_the_first_k_of_a_stable_sort_with_many_ties():
+    g = torch.Generator().manual_seed(0)
+    w = torch.randint(-4, 5, (50, 37), generator=g).float()  # 9 values: ties everywhere
+    for rate in (0.0, 0.13, 0.5, 0.77, 1.0):
+        k = num_pruned(rate, w.numel())
+        expected = torch.ones(w.numel())
+        expected[torch.sort(w.abs().reshape(-1), stable=True).indices[:k]] = 0
+        assert torch.equal(magnitude_mask(w, rate).reshape(-1), expected)
+
+
 def test_smallest_magnitudes_are_pruned():
     w = torch.randn(40, 30, generator=torch.Generator().manual_seed(0))
     mask = magnitude_mask(w, 0.6)
