@@ -243,3 +243,13 @@ def test_stemm_resumed_from_its_state_dict_continues_exactly(method, tmp_path):
     assert whole.best_loss == resumed.best_loss
     assert whole.wm_stats["calls"] == resumed.wm_stats["calls"] == 12
     assert torch.equal(whole.sample_weights(), resumed.sample_weights())
+
+
+@pytest.mark.parametrize("cache_source", [True, False])
+def test_stemm_keeps_the_prepared_models_only_when_asked(cache_source):
+    torch.manual_seed(0)
+    models = [MLP(12, 4, width=10, depth=2).state_dict() for _ in range(3)]
+    search = STEMM(MLP(12, 4, width=10, depth=2), models, cache_source=cache_source)
+    search.match()
+    kept = [m.cache is not None for m in search.matching if m is not None]
+    assert kept == [cache_source] * 2
