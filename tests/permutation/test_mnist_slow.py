@@ -31,10 +31,10 @@ def _idx(path: Path) -> np.ndarray:
 @pytest.fixture(scope="module")
 def mnist() -> tuple[torch.Tensor, torch.Tensor]:
     raw = Path(os.environ.get("LMC_DATA_DIR", "data")) / "MNIST" / "raw"
-    files = [
-        raw / f"train-{k}-ubyte{e}" for k in ("images-idx3", "labels-idx1") for e in (".gz", "")
-    ]
-    found = [f for f in files if f.exists()]
+    found = []
+    for kind in ("images-idx3", "labels-idx1"):  # the .gz original, else its decompressed copy
+        paths = [raw / f"train-{kind}-ubyte{e}" for e in (".gz", "")]
+        found += [p for p in paths if p.exists()][:1]
     if len(found) < 2:
         pytest.skip(f"MNIST idx files not found under {raw}")
     x = torch.from_numpy(_idx(found[0]).astype(np.float32) / 255.0).reshape(-1, 784)
