@@ -159,7 +159,7 @@ class STEMM(nn.Module):
         names: how to call the models in error messages.
         num_models: with a bank, how many of its models to merge (default all).
         cache_source: accelerated matching keeps each model prepared for its cost matrices
-            between steps (faster steps, about twice the models' memory); ``False`` saves it.
+            between steps (faster steps, about four times the models' memory); ``False`` saves it.
 
     Attributes:
         perms: current permutation of every model (identity for the reference).

@@ -20,11 +20,6 @@ def _dot(x: Tensor, y: Tensor) -> float:
     return float(torch.dot(x.reshape(-1), y.reshape(-1))) if x.numel() else 0.0
 
 
-def _fingerprint(t: Tensor) -> tuple:
-    """Identity of a source tensor's storage and contents (in-place edits bump ``_version``)."""
-    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device, t._version)
-
-
 class Member:
     """One ``(key, axis)`` of a group, unfolded for cost-matrix products.
 
@@ -33,12 +28,11 @@ class Member:
     across calls (:class:`SourceCache`) while the target side ``a`` is set anew every call.
     """
 
-    __slots__ = ("key", "axis", "a", "b", "others", "fingerprint", "_gathered", "_used")
+    __slots__ = ("key", "axis", "a", "b", "others", "_gathered", "_used")
 
     def __init__(self, key: str, axis: int, b: Tensor, axes: tuple[str | None, ...]) -> None:
         self.key = key
         self.axis = axis
-        self.fingerprint = _fingerprint(b)
         self.b = b.movedim(axis, 0).contiguous()  # (n, *other axes in original order)
         others = [ax for i, ax in enumerate(axes) if i != axis]
         self.others = [(dim + 1, g) for dim, g in enumerate(others) if g is not None]
@@ -136,6 +130,8 @@ class Problem:
         self.spec = spec
         self.keys = keys
         self.cache = cache
+        if cache is not None:
+            cache.start_call()
         keyset = set(keys)
         self.static: dict[str, Tensor | None] = {}
         self.dynamic: dict[str, list[Member]] = {}
@@ -214,28 +210,52 @@ class SourceCache:
     """Source-side members kept across accelerated calls with the same source (STE / STE-MM /
     MergeMany match a fixed model to a moving target every step).
 
-    A member is reused while its source tensor is the same storage with unchanged contents
-    (pointer, shape, strides, dtype, device and in-place version); otherwise it is rebuilt. It
-    holds the unfolded source and the source gathered by the permutations of its other axes:
-    about twice the source's size.
+    The cache holds its own copy of each source entry and reuses the members built from it
+    while the source passed to a call is equal to that copy, element for element (checked
+    once per entry and call, a read of both); any change, in place or not (``.data`` edits,
+    new tensors at a reused address), rebuilds that entry's members. With the members' unfolded
+    copies and the source gathered by the permutations of their other axes, the cache holds
+    about four times the source's size.
     """
 
     def __init__(self) -> None:
+        self.copies: dict[str, Tensor] = {}
         self.members: dict[tuple[str, int, tuple[str | None, ...]], Member] = {}
+        self._checked: set[str] = set()
+
+    def start_call(self) -> None:
+        """Check every entry against the source again (once) during the next call."""
+        self._checked.clear()
+
+    def _copy(self, key: str, b: Tensor) -> Tensor:
+        kept = self.copies.get(key)
+        if key not in self._checked:
+            same = (
+                kept is not None
+                and kept.shape == b.shape
+                and kept.dtype == b.dtype
+                and kept.device == b.device
+                and torch.equal(kept, b)
+            )
+            if not same:
+                kept = self.copies[key] = b.detach().clone()
+                self.members = {slot: m for slot, m in self.members.items() if slot[0] != key}
+            self._checked.add(key)
+        return kept  # type: ignore[return-value]
 
     def member(self, key: str, axis: int, b: Tensor, axes: tuple[str | None, ...]) -> Member:
-        """The kept member for ``(key, axis)`` if ``b`` is the tensor it was built from."""
+        """The kept member for ``(key, axis)``, rebuilt if ``b`` differs from the kept copy."""
+        copy = self._copy(key, b)
         slot = (key, axis, tuple(axes))
         m = self.members.get(slot)
-        if m is None or m.fingerprint != _fingerprint(b):
-            m = self.members[slot] = Member(key, axis, b, axes)
+        if m is None:
+            m = self.members[slot] = Member(key, axis, copy, axes)
         return m
 
     def nbytes(self) -> int:
-        """Memory held by the kept source tensors."""
-        total = 0
+        """Memory held by the kept source copies and gathered tensors."""
+        total = sum(t.numel() * t.element_size() for t in self.copies.values())
         for m in self.members.values():
-            total += m.b.numel() * m.b.element_size()
             if m._gathered is not None:
                 total += m._gathered.numel() * m._gathered.element_size()
         return total

@@ -23,8 +23,8 @@ the result:
   a product is updated from the slices of the units that moved (cost proportional to their
   number) or, if many moved, recomputed.
 * the source side (each entry unfolded, and gathered by the permutations of its other axes)
-  is kept in ``result.state`` and reused by the next call while the source tensors are
-  unchanged (STE, STE-MM and MergeMany match a fixed model to a moving target), so a warm call
+  is kept in ``result.state`` and reused by the next call while the source equals the kept
+  copy (STE, STE-MM and MergeMany match a fixed model to a moving target), so a warm call
   spends its time on the products themselves rather than on re-permuting the source.
 
 Both methods visit groups in the same seeded order, so apart from ties in the assignment they
@@ -66,9 +66,11 @@ class MatchingState:
     Attributes:
         perm: the permutation found by the last call (the next call starts from it).
         duals: group -> ``(u, v)``, optimal LAP duals of the group's last (negated) cost matrix.
-        cache: the source model unfolded and gathered for cost matrices, reused by the next
-            call while the source tensors are the same and unchanged (about twice the source's
-            memory; ``None`` with ``cache_source=False``, or set it to ``None`` to free it).
+        cache: the source model copied, unfolded and gathered for cost matrices, reused by
+            the next call while the source it is given is equal to the kept copy (compared
+            element for element, so edits of any kind are seen); about four times the
+            source's memory; ``None`` with ``cache_source=False``, or set it to ``None`` to
+            free it.
     """
 
     perm: Permutation
@@ -168,8 +170,8 @@ def weight_matching(
         keys: state-dict entries entering the objective; default every floating-point entry
             (parameters and BatchNorm running statistics).
         cache_source: accelerated only: keep the prepared source in ``result.state`` so that
-            the next call with the same source tensors (STE / STE-MM / MergeMany) skips
-            unfolding and re-permuting it.
+            the next call with an equal source (STE / STE-MM / MergeMany) skips unfolding
+            and re-permuting it.
 
     Returns:
         The permutation, the objective history, sweep/solve counts, timings and the state to

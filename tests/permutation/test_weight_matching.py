@@ -155,6 +155,23 @@ def test_source_cache_is_reused_across_calls_and_rebuilt_when_the_source_changes
     assert all(cache.members[k] is not m for k, m in kept.items() if k[0] == key)
 
 
+def test_source_cache_sees_edits_that_bypass_the_version_counter():
+    """``.data`` edits (old-style training loops) keep the pointer and the version counter: the
+    cache compares contents, so the next call is that of a fresh matching."""
+    torch.manual_seed(0)
+    a, b = MLP(20, 5, width=16, depth=2), MLP(20, 5, width=16, depth=2)
+    first = weight_matching(a, b, method="accelerated")
+    version = b.layers[1].weight._version
+    with torch.no_grad():
+        b.layers[1].weight.data.copy_(a.layers[1].weight.data.flip(0))
+    assert b.layers[1].weight._version == version
+    warm = weight_matching(a, b, method="accelerated", init=first.state)
+    bare = MatchingState(first.state.perm, first.state.duals)
+    fresh = weight_matching(a, b, method="accelerated", init=bare, cache_source=False)
+    assert permutation_equal(warm.perm, fresh.perm)
+    assert warm.history == pytest.approx(fresh.history, rel=1e-6)
+
+
 def test_kept_gather_is_patched_where_a_permutation_moved():
     from lmc.permutation._costs import Member
 
