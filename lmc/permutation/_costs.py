@@ -30,10 +30,14 @@ class Member:
 
     __slots__ = ("key", "axis", "a", "b", "others", "_gathered", "_used")
 
-    def __init__(self, key: str, axis: int, b: Tensor, axes: tuple[str | None, ...]) -> None:
+    def __init__(
+        self, key: str, axis: int, b: Tensor, axes: tuple[str | None, ...], keep: bool = False
+    ) -> None:
         self.key = key
         self.axis = axis
-        self.b = b.movedim(axis, 0).contiguous()  # (n, *other axes in original order)
+        # (n, *other axes in original order): a view for one call; a contiguous copy for a member
+        # that is kept across calls (its slices are gathered again and again)
+        self.b = b.movedim(axis, 0).contiguous() if keep else b.movedim(axis, 0)
         others = [ax for i, ax in enumerate(axes) if i != axis]
         self.others = [(dim + 1, g) for dim, g in enumerate(others) if g is not None]
         self.a = self.b.new_empty(0)
@@ -249,7 +253,7 @@ class SourceCache:
         slot = (key, axis, tuple(axes))
         m = self.members.get(slot)
         if m is None:
-            m = self.members[slot] = Member(key, axis, copy, axes)
+            m = self.members[slot] = Member(key, axis, copy, axes, keep=True)
         return m
 
     def nbytes(self) -> int:
