@@ -28,19 +28,20 @@ class Member:
     across calls (:class:`SourceCache`) while the target side ``a`` is set anew every call.
     """
 
-    __slots__ = ("key", "axis", "a", "b", "others", "_gathered", "_used")
+    __slots__ = ("key", "axis", "a", "b", "src", "others", "_gathered", "_used")
 
     def __init__(
         self, key: str, axis: int, b: Tensor, axes: tuple[str | None, ...], keep: bool = False
     ) -> None:
         self.key = key
         self.axis = axis
+        self.src = b  # the source entry in its own layout
         # (n, *other axes in original order): a view for one call; a contiguous copy for a member
-        # that is kept across calls (its slices are gathered again and again)
+        # kept across calls, whose slices are gathered again when a permutation moves a few units
         self.b = b.movedim(axis, 0).contiguous() if keep else b.movedim(axis, 0)
         others = [ax for i, ax in enumerate(axes) if i != axis]
         self.others = [(dim + 1, g) for dim, g in enumerate(others) if g is not None]
-        self.a = self.b.new_empty(0)
+        self.a = b.new_empty(0)
         self._gathered: Tensor | None = None
         self._used: list[Tensor] = []
 
@@ -53,6 +54,14 @@ class Member:
             if dim != skip:
                 b = b.index_select(dim, perm[g])
         return b
+
+    def _full(self, perm: Mapping[str, Tensor]) -> Tensor:
+        """The whole source permuted on its other axes, unfolded: gathered in the source's own
+        layout (contiguous slices), then one transposing copy, as a plain implementation does."""
+        t = self.src
+        for dim, g in self.others:
+            t = t.index_select(dim - 1 if dim - 1 < self.axis else dim, perm[g])
+        return t.movedim(self.axis, 0).reshape(t.shape[self.axis], -1)
 
     def gathered(self, perm: Mapping[str, Tensor]) -> Tensor:
         """The source with its other axes permuted by ``perm``, kept for the next request.
@@ -75,7 +84,10 @@ class Member:
                     self._gathered.index_copy_(dim, changed, part)
                     self._used[moved[0]] = new.clone()
                     return self._gathered
-        self._gathered = self._gather(self.b, perm)
+        full = self._full(perm)
+        if full.data_ptr() == self.src.data_ptr():  # never patch the kept source in place
+            full = full.clone()
+        self._gathered = full.view(self.b.shape)
         self._used = [u.clone() for u in used]
         return self._gathered
 
@@ -84,8 +96,8 @@ class Member:
 
         ``cached`` reuses (and keeps) the gathered source, see :meth:`gathered`.
         """
-        b = self.gathered(perm) if cached else self._gather(self.b, perm)
-        return self.a @ b.reshape(b.shape[0], -1).T
+        b = self.gathered(perm).reshape(self.b.shape[0], -1) if cached else self._full(perm)
+        return self.a @ b.T
 
     def value(self, perm: Mapping[str, Tensor], group: str) -> float:
         """``<A_k, pi(B_k)>`` from the kept gathered source: one row gather, no full permute."""
