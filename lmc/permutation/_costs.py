@@ -28,7 +28,7 @@ class Member:
     across calls (:class:`SourceCache`) while the target side ``a`` is set anew every call.
     """
 
-    __slots__ = ("key", "axis", "a", "b", "src", "others", "_gathered", "_used")
+    __slots__ = ("key", "axis", "a", "b", "src", "others", "_gathered", "_used", "_prod", "_at")
 
     def __init__(
         self, key: str, axis: int, b: Tensor, axes: tuple[str | None, ...], keep: bool = False
@@ -44,10 +44,17 @@ class Member:
         self.a = b.new_empty(0)
         self._gathered: Tensor | None = None
         self._used: list[Tensor] = []
+        self._prod: Tensor | None = None  # the last product (this call's target) ...
+        self._at: list[Tensor] = []  # ... and the permutation tensors it was computed with
 
     def set_target(self, a: Tensor) -> None:
         """The target's entry, unfolded along this member's axis (a view when axis == 0)."""
         self.a = a.movedim(self.axis, 0).reshape(a.shape[self.axis], -1)
+        self.release()
+
+    def release(self) -> None:
+        """Forget the kept product (it belongs to one target)."""
+        self._prod, self._at = None, []
 
     def _gather(self, b: Tensor, perm: Mapping[str, Tensor], skip: int = -1) -> Tensor:
         for dim, g in self.others:
@@ -98,6 +105,23 @@ class Member:
         """
         b = self.gathered(perm).reshape(self.b.shape[0], -1) if cached else self._full(perm)
         return self.a @ b.T
+
+    def kept_product(self, perm: Mapping[str, Tensor]) -> Tensor:
+        """:meth:`product`, kept until the next call with other permutation tensors: reused
+        as is, updated in place when one neighbouring permutation moved a few units (see
+        :meth:`update`), else recomputed from the kept gather. Permutations are compared by
+        identity: weight matching replaces a group's tensor whenever it changes."""
+        at = [perm[g] for _, g in self.others]
+        if self._prod is not None:
+            moved = [i for i, (o, u) in enumerate(zip(self._at, at)) if o is not u]
+            if not moved:
+                return self._prod
+            i = moved[0]
+            if len(moved) == 1 and self.update(self._prod, perm, self.others[i][0], self._at[i]):
+                self._at = at
+                return self._prod
+        self._prod, self._at = self.product(perm, cached=True), at
+        return self._prod
 
     def value(self, perm: Mapping[str, Tensor], group: str) -> float:
         """``<A_k, pi(B_k)>`` from the kept gathered source: one row gather, no full permute."""
@@ -216,6 +240,12 @@ class Problem:
                 self.values[m.key] = self._value(m.key, perm)
             else:
                 self.values[m.key] = _trace(prod, perm[g])
+
+    def release(self) -> None:
+        """Drop the members' kept products (kept members outlive the call)."""
+        for members in self.dynamic.values():
+            for m in members:
+                m.release()
 
     def total(self) -> float:
         """The tracked objective ``<theta_a, pi(theta_b)>``."""

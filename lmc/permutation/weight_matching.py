@@ -232,7 +232,6 @@ def weight_matching(
     groups = [g for g in spec.groups if g in sizes]
     version = dict.fromkeys(groups, 0)
     solved_at: dict[str, dict[str, int] | None] = dict.fromkeys(groups)
-    products: dict[int, tuple[list[Tensor], Tensor]] = {}  # member -> (perms used, product)
     rng = np.random.default_rng(seed)
     sweeps = 0
     converged = False
@@ -241,29 +240,13 @@ def weight_matching(
         last = solved_at[g]
         return last is None or any(version[h] != last[h] for h in spec.neighbors[g])
 
-    def cached_product(m: Member) -> Tensor:
-        """The member's product, updated incrementally if one neighbour moved a few units."""
-        hit = products.get(id(m))
-        used = [perm[h] for _, h in m.others]
-        if hit is not None:
-            old, prod = hit
-            moved = [i for i, (o, u) in enumerate(zip(old, used)) if o is not u]
-            if not moved:
-                return prod
-            if len(moved) == 1 and m.update(prod, perm, m.others[moved[0]][0], old[moved[0]]):
-                products[id(m)] = (used, prod)
-                return prod
-        prod = m.product(perm, cached=True)
-        products[id(m)] = (used, prod)
-        return prod
-
     def cost_matrix(g: str) -> tuple[Tensor, list[tuple[Member, Tensor]]]:
         """``C_g`` and the member products it sums (left intact for the objective)."""
         stat = problem.static[g]
         c = stat.clone() if stat is not None else torch.zeros(sizes[g], sizes[g], device=device)
         prods = []
         for m in problem.dynamic[g]:
-            prod = cached_product(m) if accelerated else m.product(perm)
+            prod = m.kept_product(perm) if accelerated else m.product(perm)
             c.add_(prod)
             prods.append((m, prod))
         return c, prods
@@ -314,6 +297,7 @@ def weight_matching(
     else:
         converged = accelerated and not any(needs_solve(g) for g in groups)
 
+    problem.release()
     out = {g: p.cpu() for g, p in perm.items()}
     return WeightMatchingResult(
         perm=out,
