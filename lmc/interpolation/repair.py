@@ -47,6 +47,23 @@ class _ChannelStats:
         return mean, var
 
 
+def _forward_all(
+    model: nn.Module,
+    batches: Iterable[Any],
+    hooks: Sequence[torch.utils.hooks.RemovableHandle],
+    device: torch.device | str | None,
+) -> None:
+    """One forward pass over ``batches`` (on the model's device unless given) for the
+    statistics ``hooks`` collect; the hooks are removed afterwards, also on error."""
+    device = device or next(model.parameters()).device
+    try:
+        for batch in batches:
+            model(_inputs(batch).to(device))
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 def has_batchnorm(model: nn.Module) -> bool:
     return any(isinstance(m, _BN) for m in model.modules())
 
@@ -66,17 +83,13 @@ def reset_bn(
     bns = [m for m in model.modules() if isinstance(m, _BN)]
     if not bns:
         return model.eval()
-    device = device or next(model.parameters()).device
     stats = {bn: _ChannelStats() for bn in bns}
     hooks = [bn.register_forward_pre_hook(lambda m, args: stats[m].update(args[0])) for bn in bns]
     was_training = {m: m.training for m in model.modules()}
     model.train()
     try:
-        for batch in batches:
-            model(_inputs(batch).to(device))
+        _forward_all(model, batches, hooks, device)
     finally:
-        for h in hooks:
-            h.remove()
         for m, flag in was_training.items():
             m.train(flag)
     for bn, s in stats.items():
@@ -104,19 +117,13 @@ def channel_stats(
     device: torch.device | str | None = None,
 ) -> dict[str, tuple[Tensor, Tensor]]:
     """Per-channel (mean, std) of the outputs of ``points`` over ``batches`` (eval mode)."""
-    device = device or next(model.parameters()).device
     modules = dict(model.named_modules())
     stats = {p: _ChannelStats() for p in points}
     hooks = [
         modules[p].register_forward_hook(lambda m, a, y, p=p: stats[p].update(y)) for p in points
     ]
     model.eval()
-    try:
-        for batch in batches:
-            model(_inputs(batch).to(device))
-    finally:
-        for h in hooks:
-            h.remove()
+    _forward_all(model, batches, hooks, device)
     out = {}
     for p, s in stats.items():
         mean, var = s.mean_var()
