@@ -112,7 +112,9 @@ def _read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
-def _mnist(split: str) -> tuple[Tensor, Tensor] | None:
+def mnist_tensors(split: str) -> tuple[Tensor, Tensor] | None:
+    """Normalised MNIST ``split`` (flattened images, labels) from ``$LMC_DATA_DIR/MNIST/raw``
+    (decompressed idx files, else the .gz originals); ``None`` if missing."""
     raw = Path(os.environ.get("LMC_DATA_DIR", ROOT / "data")) / "MNIST" / "raw"
     prefix = "train" if split == "train" else "t10k"
     found = []
@@ -139,7 +141,7 @@ def mnist_mlp_pair() -> tuple[nn.Module, nn.Module, str]:
             model.load_state_dict(torch.load(path, weights_only=True))
             models.append(model)
             continue
-        train = train if train is not None else _mnist("train")
+        train = train if train is not None else mnist_tensors("train")
         if train is None:
             note = "MNIST not found under $LMC_DATA_DIR/MNIST/raw: random init"
             models.append(model)
@@ -155,7 +157,7 @@ def mnist_mlp_pair() -> tuple[nn.Module, nn.Module, str]:
         CACHE.mkdir(parents=True, exist_ok=True)
         torch.save(model.state_dict(), path)
         models.append(model)
-    test = _mnist("test")
+    test = mnist_tensors("test")
     if test is not None and "random" not in note:
         with torch.no_grad():
             accs = [float((m(test[0]).argmax(1) == test[1]).float().mean()) for m in models]

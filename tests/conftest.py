@@ -24,3 +24,13 @@ def _isolated_env(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     yield
+
+
+@pytest.fixture
+def one_thread():
+    """Run single-threaded: for tiny tensors a second intra-op thread only adds synchronisation
+    cost, which grows sharply when other jobs share the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

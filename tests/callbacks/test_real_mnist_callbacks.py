@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import copy_shared_mnist
+
 pytestmark = pytest.mark.slow
-
-
-def _shared_datasets() -> Path:
-    env = os.environ.get("LMC_SHARED_DATASETS")
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "datasets"
 
 
 @pytest.fixture(scope="module")
 def mnist_root(tmp_path_factory) -> Path:
-    source = _shared_datasets() / "MNIST" / "raw"
-    if not list(source.glob("*-ubyte.gz")):
-        pytest.skip(f"no MNIST .gz files in {source} (set LMC_SHARED_DATASETS)")
-    root = tmp_path_factory.mktemp("mnist")
-    (root / "MNIST" / "raw").mkdir(parents=True)
-    for gz in source.glob("*-ubyte.gz"):
-        shutil.copyfile(gz, root / "MNIST" / "raw" / gz.name)
-    return root
+    return copy_shared_mnist(tmp_path_factory.mktemp("mnist"))
 
 
 def _run(root: Path, recipe: str) -> dict[str, float]:

@@ -1,15 +1,10 @@
-"""The curve tests run single-threaded: their tensors are tiny, and a second intra-op thread
-only adds synchronisation cost, which grows sharply when other jobs share the cores."""
+"""The curve tests run single-threaded (tiny tensors; see ``one_thread`` in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _single_threaded(one_thread):
     yield
-    torch.set_num_threads(threads)

@@ -6,18 +6,15 @@ accuracy exceeds the unaligned curve's, and both beat the straight line between 
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
+
+from tests.helpers import lmc_data_dir
 
 pytestmark = pytest.mark.slow
 
 
 def test_aligned_curve_beats_unaligned_curve_beats_the_line(tmp_path, capsys):
-    data = os.environ.get("LMC_DATA_DIR")
-    if not data or not (Path(data) / "FashionMNIST" / "raw").is_dir():
-        pytest.skip("set LMC_DATA_DIR to a writable copy of the datasets with FashionMNIST/raw")
+    lmc_data_dir("FashionMNIST")
     from benchmarks.curves import main
 
     main(["--out", str(tmp_path)])

@@ -2,33 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
-
 import pytest
 import torch
 
 from lmc.data import MNISTDataModule
-
-
-def shared_datasets() -> Path:
-    """``$LMC_SHARED_DATASETS``, else ``shared/datasets`` next to the repository checkout."""
-    env = os.environ.get("LMC_SHARED_DATASETS")
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "datasets"
+from tests.helpers import copy_shared_mnist
 
 
 @pytest.mark.slow
 def test_real_mnist_loads_from_the_original_gz_files(tmp_path):
-    source = shared_datasets() / "MNIST" / "raw"
-    if not list(source.glob("*-ubyte.gz")):
-        pytest.skip(
-            f"no MNIST .gz files in {source} (set LMC_SHARED_DATASETS to the datasets folder)"
-        )
-    raw = tmp_path / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    for gz in source.glob("*-ubyte.gz"):
-        shutil.copyfile(gz, raw / gz.name)
+    raw = copy_shared_mnist(tmp_path) / "MNIST" / "raw"
     dm = MNISTDataModule(str(tmp_path), batch_size=1000, verify_checksums=True)
     dm.prepare_data()
     assert (raw / "train-images-idx3-ubyte").stat().st_size == 47_040_016

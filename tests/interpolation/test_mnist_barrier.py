@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import CONFIGS, checkpoints, run_cli, run_dirs
+from tests.helpers import CONFIGS, checkpoints, lmc_data_dir, run_cli, run_dirs
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def data_dir() -> Path:
-    root = os.environ.get("LMC_DATA_DIR")
-    if not root or not (Path(root) / "MNIST" / "raw").is_dir():
-        pytest.skip("set LMC_DATA_DIR to a writable copy of the datasets with MNIST/raw")
-    return Path(root)
+    return lmc_data_dir("MNIST")
 
 
 def test_weight_matching_reduces_mnist_barrier_by_80_percent(data_dir, tmp_path):

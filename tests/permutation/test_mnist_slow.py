@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
-import os
-from pathlib import Path
-
-import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -22,23 +17,14 @@ from lmc.permutation import (
 pytestmark = pytest.mark.slow
 
 
-def _idx(path: Path) -> np.ndarray:
-    data = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
-    dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(data[3])]
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * data[3]).reshape(dims)
-
-
 @pytest.fixture(scope="module")
 def mnist() -> tuple[torch.Tensor, torch.Tensor]:
-    raw = Path(os.environ.get("LMC_DATA_DIR", "data")) / "MNIST" / "raw"
-    found = []
-    for kind in ("images-idx3", "labels-idx1"):  # the .gz original, else its decompressed copy
-        paths = [raw / f"train-{kind}-ubyte{e}" for e in (".gz", "")]
-        found += [p for p in paths if p.exists()][:1]
-    if len(found) < 2:
-        pytest.skip(f"MNIST idx files not found under {raw}")
-    x = torch.from_numpy(_idx(found[0]).astype(np.float32) / 255.0).reshape(-1, 784)
-    return (x - 0.1307) / 0.3081, torch.from_numpy(_idx(found[1]).astype(np.int64))
+    from benchmarks.weight_matching import mnist_tensors
+
+    train = mnist_tensors("train")
+    if train is None:
+        pytest.skip("MNIST idx files not found under $LMC_DATA_DIR/MNIST/raw")
+    return train
 
 
 def _train(seed: int, x: torch.Tensor, y: torch.Tensor) -> nn.Module:

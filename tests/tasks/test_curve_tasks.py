@@ -37,13 +37,7 @@ ROBUST_ENDPOINTS = sorted(
 CSV = str(CONFIGS / "loggers" / "csv.yaml")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: a second intra-op thread only adds synchronisation cost on shared cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors (see tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,11 @@ The full acceptance run (5 models, 10 STE-MM epochs, against the baselines) is
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import CONFIGS, checkpoints, run_cli, run_dirs
+from tests.helpers import CONFIGS, checkpoints, lmc_data_dir, run_cli, run_dirs
 
 pytestmark = pytest.mark.slow
 CSV = str(CONFIGS / "loggers" / "csv.yaml")
@@ -20,10 +19,7 @@ CSV = str(CONFIGS / "loggers" / "csv.yaml")
 
 @pytest.fixture
 def data_dir() -> Path:
-    root = os.environ.get("LMC_DATA_DIR")
-    if not root or not (Path(root) / "MNIST" / "raw").is_dir():
-        pytest.skip("set LMC_DATA_DIR to a writable copy of the datasets with MNIST/raw")
-    return Path(root)
+    return lmc_data_dir("MNIST")
 
 
 def test_stemm_merges_three_mnist_mlps_without_losing_accuracy(data_dir, tmp_path):
