@@ -91,10 +91,7 @@ class Member:
                     self._gathered.index_copy_(dim, changed, part)
                     self._used[moved[0]] = new.clone()
                     return self._gathered
-        full = self._full(perm)
-        if full.data_ptr() == self.src.data_ptr():  # never patch the kept source in place
-            full = full.clone()
-        self._gathered = full.view(self.b.shape)
+        self._gathered = self._full(perm).view(self.b.shape)  # a new tensor: others is not empty
         self._used = [u.clone() for u in used]
         return self._gathered
 
