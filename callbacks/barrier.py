@@ -13,9 +13,8 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 from callbacks._utils import log_metrics, network
+from lmc.evaluation import LossName, has_batchnorm
 from lmc.interpolation import alpha_grid, cache_batches, interpolate_path
-from lmc.interpolation.evaluate import LossName
-from lmc.interpolation.repair import has_batchnorm
 from lmc.interpolation.states import check_compatible
 from lmc.interpolation.study import Matcher, match_states
 from lmc.io import load_checkpoint, model_state_dict

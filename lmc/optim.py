@@ -1,9 +1,19 @@
-"""Learning-rate schedules of the papers' recipes (pure torch, usable without Lightning)."""
+"""The default optimizer and the learning-rate schedules of the papers' recipes (pure torch,
+usable without Lightning)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import torch
+from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
+
+
+def default_optimizer(params: Iterable[nn.Parameter]) -> Optimizer:
+    """Adam with learning rate 1e-3 (004 App. B.2), every task's and loop's default."""
+    return torch.optim.Adam(params, lr=1e-3)
 
 
 class WarmupLinearDecay(LambdaLR):

@@ -13,8 +13,7 @@ from torch import Tensor, nn
 
 from lmc.curves.attack import PGD, adversarial_batches
 from lmc.curves.curve import Curve
-from lmc.interpolation.evaluate import LossName, evaluate
-from lmc.interpolation.repair import has_batchnorm, reset_bn
+from lmc.evaluation import LossName, evaluate, has_batchnorm, reset_bn
 
 BNMode = Literal["recompute", "interpolate"]
 BNData = Literal["clean", "adversarial"]
@@ -144,7 +143,7 @@ def evaluate_curve(
         splits: split name -> batches of ``(x, y)`` (cache them with ``cache_batches``).
         bn_batches: train subset for BatchNorm re-estimation.
         bn_mode: ``recompute`` (default) or ``interpolate``, see :func:`prepare_point_`.
-        loss: loss name of :func:`~lmc.interpolation.evaluate`.
+        loss: loss name of :func:`~lmc.evaluation.evaluate`.
         attack, robust_splits, bn_data, mean, std: robust evaluation (``mean``/``std``: data
             normalisation for a pixel-space attack).
     """

@@ -17,8 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from lmc.interpolation.evaluate import LossName, evaluate
-from lmc.interpolation.repair import has_batchnorm, reset_bn
+from lmc.evaluation import LossName, evaluate, has_batchnorm, reset_bn
 
 StateDict = Mapping[str, Tensor]
 

@@ -1,15 +1,13 @@
 """Interpolation, barriers, BatchNorm reset and REPAIR: pure functions, no Lightning."""
 
+from lmc.evaluation import EvalResult, cache_batches, evaluate, has_batchnorm, reset_bn
 from lmc.interpolation.barrier import Barrier, alpha_grid, barrier, loss_barrier
-from lmc.interpolation.evaluate import EvalResult, cache_batches, evaluate
 from lmc.interpolation.repair import (
     average_stats,
     channel_stats,
-    has_batchnorm,
     interpolate_stats,
     repair,
     repair_points,
-    reset_bn,
 )
 from lmc.interpolation.states import check_compatible, lerp_state, load_lerp_, weighted_average
 from lmc.interpolation.study import (

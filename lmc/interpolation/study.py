@@ -15,16 +15,14 @@ from typing import Any, Literal
 
 from torch import Tensor, nn
 
+from lmc.evaluation import LossName, evaluate, has_batchnorm, reset_bn
 from lmc.interpolation.barrier import alpha_grid, barrier
-from lmc.interpolation.evaluate import LossName, evaluate
 from lmc.interpolation.repair import (
     average_stats,
     channel_stats,
-    has_batchnorm,
     interpolate_stats,
     repair,
     repair_points,
-    reset_bn,
 )
 from lmc.interpolation.states import check_compatible, load_lerp_, weighted_average
 

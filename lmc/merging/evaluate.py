@@ -18,8 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lmc.interpolation.evaluate import LossName, batch_loss, evaluate
-from lmc.interpolation.repair import has_batchnorm, reset_bn
+from lmc.evaluation import LossName, batch_loss, evaluate, has_batchnorm, reset_bn
 from lmc.interpolation.states import weighted_average
 from lmc.merging.baselines import align_states, parameter_keys
 from lmc.merging.geometry import describe, distance_ratios, pairwise_distances, triplet_angles

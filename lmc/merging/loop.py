@@ -13,8 +13,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lmc.interpolation.evaluate import LossName
+from lmc.evaluation import LossName
 from lmc.merging.ste import STEMM, Mixing
+from lmc.optim import default_optimizer
 from lmc.permutation import Permutation, PermutationSpec, apply_permutation
 from lmc.permutation.weight_matching import Method
 
@@ -39,10 +40,6 @@ class STEResult:
     losses: list[float] = field(default_factory=list)
     epoch_seconds: list[float] = field(default_factory=list)
     wm_seconds: list[float] = field(default_factory=list)
-
-
-def _adam(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    return torch.optim.Adam(params, lr=1e-3)
 
 
 def ste_mm(
@@ -89,7 +86,7 @@ def ste_mm(
     )
     device = next(iter(models[0].values())).device
     search.to(device)
-    opt = (optimizer or _adam)(search.proxy_parameters())
+    opt = (optimizer or default_optimizer)(search.proxy_parameters())
     result = STEResult(perms=[], aligned=[])
     steps = 0
     for _ in range(epochs):

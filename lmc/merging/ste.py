@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from lmc.interpolation.evaluate import LossName, batch_loss
+from lmc.evaluation import LossName, batch_loss
 from lmc.merging.baselines import check_models, parameter_keys
 from lmc.permutation import (
     MatchingState,

@@ -1,14 +1,53 @@
-"""Shared LightningModule plumbing of the ``lmc`` tasks."""
+"""Shared LightningModule plumbing of the ``lmc`` tasks: the evaluation splits a task caches,
+the default loss of a data module, hyper-parameter saving and the evaluation-only base class."""
 
 from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+
+from lmc.evaluation import LossName, cache_batches
+
+Split = Literal["train", "val", "test"]
+
+
+def split_batches(
+    datamodule: Any, splits: list[str], max_batches: int | None, device: Any
+) -> dict[str, list]:
+    """Cached batches per split; ``train`` is the fixed, un-augmented alignment subset of train."""
+    loaders = {
+        "train": datamodule.alignment_dataloader,
+        "val": datamodule.val_dataloader,
+        "test": datamodule.test_dataloader,
+    }
+    out = {}
+    for split in splits:
+        batches = cache_batches(loaders[split](), device)
+        out[split] = batches[:max_batches] if max_batches else batches
+    return out
+
+
+def eval_and_align_batches(
+    datamodule: Any, splits: list[str], max_batches: int | None, device: Any
+) -> tuple[dict[str, list], list]:
+    """The cached evaluation splits and the alignment subset (shared with ``train`` if asked)."""
+    batches = split_batches(datamodule, splits, max_batches, device)
+    align = (
+        batches.get("train") or split_batches(datamodule, ["train"], max_batches, device)["train"]
+    )
+    return batches, align
+
+
+def default_loss(datamodule: Any) -> LossName:
+    """``mse`` for a regression data module (``task = "regression"``), else ``cross_entropy``."""
+    return (
+        "mse" if getattr(datamodule, "task", "classification") == "regression" else "cross_entropy"
+    )
 
 
 def save_task_hparams(module: L.LightningModule, ignore: Sequence[str] = ()) -> None:

@@ -6,19 +6,19 @@ from abc import ABC, abstractmethod
 from typing import Any, Literal
 
 import lightning as L
-import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MeanSquaredError, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
+from lmc.optim import default_optimizer
 from lmc.tasks.base import save_task_hparams
 
 STAGES = ("train", "val", "test")
 
 
-def _adam(params: Any) -> torch.optim.Optimizer:
-    return torch.optim.Adam(params, lr=1e-3)
+# Configs saved before the default moved to lmc.optim name this path: keep it importable.
+_adam = default_optimizer
 
 
 class TrainTask(L.LightningModule, ABC):
@@ -37,7 +37,7 @@ class TrainTask(L.LightningModule, ABC):
     def __init__(
         self,
         net: nn.Module,
-        optimizer: OptimizerCallable = _adam,
+        optimizer: OptimizerCallable = default_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
         scheduler_interval: Literal["epoch", "step"] = "epoch",
     ) -> None:
@@ -112,7 +112,7 @@ class ClassificationTask(TrainTask):
         self,
         net: nn.Module,
         num_classes: int = 10,
-        optimizer: OptimizerCallable = _adam,
+        optimizer: OptimizerCallable = default_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
         scheduler_interval: Literal["epoch", "step"] = "epoch",
         label_smoothing: float = 0.0,
@@ -137,7 +137,7 @@ class RegressionTask(TrainTask):
     def __init__(
         self,
         net: nn.Module,
-        optimizer: OptimizerCallable = _adam,
+        optimizer: OptimizerCallable = default_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
         scheduler_interval: Literal["epoch", "step"] = "epoch",
         half_mse: bool = False,

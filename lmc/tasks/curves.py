@@ -31,10 +31,9 @@ from lmc.curves.evaluate import (
 from lmc.curves.plane import PlaneResult, plane_grid
 from lmc.interpolation.states import check_compatible
 from lmc.io import load_checkpoint, model_state_dict
-from lmc.tasks.base import save_task_hparams
-from lmc.tasks.classification import _adam
+from lmc.optim import default_optimizer
+from lmc.tasks.base import Split, default_loss, save_task_hparams, split_batches
 from lmc.tasks.curve_report import log_curve
-from lmc.tasks.interpolation import Split, default_loss, split_batches
 
 Alignment = Literal["none", "correlation"]
 Plane = Literal["none", "alignment", "curve"]
@@ -94,7 +93,7 @@ class CurveTask(L.LightningModule):
         order: int = 2,
         curve: CurveKind = "bezier",
         alignment: Alignment = "none",
-        optimizer: OptimizerCallable = _adam,
+        optimizer: OptimizerCallable = default_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
         scheduler_interval: Literal["epoch", "step"] = "epoch",
         weight_decay: float = 0.0,

@@ -12,12 +12,11 @@ from lightning.pytorch.cli import OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from lmc.interpolation.evaluate import LossName, batch_loss
+from lmc.evaluation import LossName, batch_loss
 from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
 from lmc.models.init import reinitialize
-from lmc.tasks.base import save_task_hparams
-from lmc.tasks.classification import _adam
-from lmc.tasks.interpolation import default_loss, eval_and_align_batches
+from lmc.optim import default_optimizer
+from lmc.tasks.base import default_loss, eval_and_align_batches, save_task_hparams
 from lmc.tasks.report import log_study
 
 
@@ -42,7 +41,7 @@ class TrainAndInterpolateTask(L.LightningModule):
         self,
         net: nn.Module,
         num_models: int = 2,
-        optimizer: OptimizerCallable = _adam,
+        optimizer: OptimizerCallable = default_optimizer,
         loss: LossName | None = None,
         matcher: Matcher = "weight",
         repair: Repair = "none",

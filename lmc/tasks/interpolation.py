@@ -2,51 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from torch import nn
 
-from lmc.interpolation.evaluate import LossName, cache_batches
 from lmc.interpolation.states import check_compatible
 from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
 from lmc.io import load_checkpoint, model_state_dict, save_net_checkpoint
-from lmc.tasks.base import EvaluationTask, save_task_hparams
+from lmc.tasks.base import (
+    EvaluationTask,
+    Split,
+    default_loss,
+    eval_and_align_batches,
+    save_task_hparams,
+)
 from lmc.tasks.report import log_study
-
-Split = Literal["train", "val", "test"]
-
-
-def split_batches(
-    datamodule: Any, splits: list[str], max_batches: int | None, device: Any
-) -> dict[str, list]:
-    """Cached batches per split; ``train`` is the fixed, un-augmented alignment subset of train."""
-    loaders = {
-        "train": datamodule.alignment_dataloader,
-        "val": datamodule.val_dataloader,
-        "test": datamodule.test_dataloader,
-    }
-    out = {}
-    for split in splits:
-        batches = cache_batches(loaders[split](), device)
-        out[split] = batches[:max_batches] if max_batches else batches
-    return out
-
-
-def eval_and_align_batches(
-    datamodule: Any, splits: list[str], max_batches: int | None, device: Any
-) -> tuple[dict[str, list], list]:
-    """The cached evaluation splits and the alignment subset (shared with ``train`` if asked)."""
-    batches = split_batches(datamodule, splits, max_batches, device)
-    align = (
-        batches.get("train") or split_batches(datamodule, ["train"], max_batches, device)["train"]
-    )
-    return batches, align
-
-
-def default_loss(datamodule: Any) -> LossName:
-    return (
-        "mse" if getattr(datamodule, "task", "classification") == "regression" else "cross_entropy"
-    )
 
 
 class InterpolationTask(EvaluationTask):

@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from lmc.interpolation.repair import has_batchnorm, reset_bn
+from lmc.evaluation import has_batchnorm, reset_bn
 from lmc.interpolation.states import weighted_average
 from lmc.io import load_checkpoint, model_state_dict
 from lmc.merging import (
@@ -27,8 +27,14 @@ from lmc.merging import (
 )
 from lmc.permutation import Permutation, PermutationSpec
 from lmc.permutation.weight_matching import Method
-from lmc.tasks.base import EvaluationTask, save_task_hparams
-from lmc.tasks.interpolation import Split, default_loss, eval_and_align_batches, split_batches
+from lmc.tasks.base import (
+    EvaluationTask,
+    Split,
+    default_loss,
+    eval_and_align_batches,
+    save_task_hparams,
+    split_batches,
+)
 from lmc.tasks.merge_report import log_merge
 
 

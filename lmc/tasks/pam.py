@@ -14,10 +14,10 @@ from lmc.curves.basis import CurveKind
 from lmc.curves.birkhoff import Projection, project_doubly_stochastic
 from lmc.curves.evaluate import BNData, BNMode, curve_objective, t_grid
 from lmc.curves.pam import permutation_matrices, proximal_penalty, round_pam, soft_permute
+from lmc.optim import default_optimizer
 from lmc.permutation import apply_permutation, identity_permutation
-from lmc.tasks.classification import _adam
+from lmc.tasks.base import Split
 from lmc.tasks.curves import CurveTask, Plane
-from lmc.tasks.interpolation import Split
 
 
 class PAMTask(CurveTask):
@@ -53,7 +53,7 @@ class PAMTask(CurveTask):
         start: Literal["unaligned", "aligned"] = "aligned",
         order: int = 2,
         curve: CurveKind = "bezier",
-        optimizer: OptimizerCallable = _adam,
+        optimizer: OptimizerCallable = default_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
         weight_decay: float = 0.0,
         outer_iterations: int = 1,

@@ -9,7 +9,8 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor, nn
 
 from lmc.curves.attack import PGD, as_pgd, data_normalization, pgd_attack
-from lmc.tasks.classification import ClassificationTask, _adam
+from lmc.optim import default_optimizer
+from lmc.tasks.classification import ClassificationTask
 
 
 class AdversarialClassificationTask(ClassificationTask):
@@ -31,7 +32,7 @@ class AdversarialClassificationTask(ClassificationTask):
         self,
         net: nn.Module,
         num_classes: int = 10,
-        optimizer: OptimizerCallable = _adam,
+        optimizer: OptimizerCallable = default_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
         scheduler_interval: Literal["epoch", "step"] = "epoch",
         label_smoothing: float = 0.0,

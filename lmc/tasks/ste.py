@@ -16,13 +16,12 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 
-from lmc.interpolation.evaluate import LossName, batch_loss
+from lmc.evaluation import LossName, batch_loss
 from lmc.io import save_net_checkpoint
 from lmc.merging import STEMM, Baseline, MergeSweep, Mixing, ModelBank, baseline_sweep
+from lmc.optim import default_optimizer
 from lmc.permutation.weight_matching import Method
-from lmc.tasks.base import save_task_hparams
-from lmc.tasks.classification import _adam
-from lmc.tasks.interpolation import Split, default_loss
+from lmc.tasks.base import Split, default_loss, save_task_hparams
 from lmc.tasks.merge import MergeReporter, load_models
 
 
@@ -73,7 +72,7 @@ class STEMMTask(L.LightningModule):
         net: nn.Module,
         checkpoints: list[str],
         num_models: list[int] | None = None,
-        optimizer: OptimizerCallable = _adam,
+        optimizer: OptimizerCallable = default_optimizer,
         wm_method: Method = "accelerated",
         mixing: Mixing = "dirichlet",
         reference: int = 0,
@@ -215,7 +214,7 @@ class STETask(STEMMTask):
         self,
         net: nn.Module,
         checkpoints: list[str],
-        optimizer: OptimizerCallable = _adam,
+        optimizer: OptimizerCallable = default_optimizer,
         wm_method: Method = "accelerated",
         mixing: Mixing = "midpoint",
         keep_best: bool = True,
