@@ -18,6 +18,7 @@ from lmc.interpolation import alpha_grid, cache_batches, interpolate_path
 from lmc.interpolation.states import check_compatible
 from lmc.interpolation.study import Matcher, match_states
 from lmc.io import load_checkpoint, model_state_dict
+from lmc.permutation import MATCHERS, check_spec_source, resolve_spec
 
 
 class BarrierMonitor(Callback):
@@ -28,10 +29,13 @@ class BarrierMonitor(Callback):
         epochs: epochs (0-based, after the epoch's training) to measure at; ``None`` = every
             ``every_n_epochs``.
         every_n_epochs: cadence when ``epochs`` is not given.
-        matcher: how references are aligned to the current model (``none`` skips matching).
+        matcher: how references are aligned to the current model, a name registered in
+            :data:`lmc.permutation.MATCHERS` (``none`` skips matching).
         num_alphas: points of the alpha grid.
         max_batches: validation batches used (cached once).
         loss: ``cross_entropy`` or ``mse``; default from the data module's task.
+        spec: the permutation spec source (``auto``, ``builtin``, ``derive`` or
+            ``package.module:function``; see :mod:`lmc.permutation.source`).
     """
 
     def __init__(
@@ -43,7 +47,10 @@ class BarrierMonitor(Callback):
         num_alphas: int = 11,
         max_batches: int | None = 4,
         loss: LossName | None = None,
+        spec: str = "auto",
     ) -> None:
+        MATCHERS.check(matcher, "matcher")
+        self.spec_source = check_spec_source(spec, "spec")
         self.paths, self.epochs, self.every = list(checkpoints), epochs, every_n_epochs
         self.matcher, self.num_alphas, self.max_batches, self.loss = (
             matcher,
@@ -58,6 +65,7 @@ class BarrierMonitor(Callback):
         check_compatible([net.state_dict(), *self.refs], ["the trained model", *self.paths])
         self.work = copy.deepcopy(net)  # one scratch copy for all evaluations
         self.batches = None
+        self.spec = None
 
     def _due(self, trainer: L.Trainer) -> bool:
         if self.epochs is not None:
@@ -74,6 +82,8 @@ class BarrierMonitor(Callback):
         loss = self.loss or ("mse" if getattr(dm, "task", "") == "regression" else "cross_entropy")
         repair = "reset_bn" if has_batchnorm(self.work) else "none"
         align = self.batches if repair != "none" else None
+        if self.spec is None and self.matcher != "none":
+            self.spec = resolve_spec(self.spec_source, self.work, self.batches[0][0][:2])
         current = {k: v.detach().clone() for k, v in network(pl_module).state_dict().items()}
         was_training = pl_module.training
         metrics: dict[str, float] = {}
@@ -82,7 +92,7 @@ class BarrierMonitor(Callback):
             variants = {"naive": ref}
             if self.matcher != "none":
                 (_, matched), _ = match_states(
-                    self.work, [current, ref], self.matcher, align or self.batches
+                    self.work, [current, ref], self.matcher, align or self.batches, spec=self.spec
                 )
                 variants["matched"] = matched
             for name, other in variants.items():

@@ -25,8 +25,9 @@ from lmc.interpolation.repair import (
     repair_points,
 )
 from lmc.interpolation.states import check_compatible, load_lerp_, weighted_average
+from lmc.permutation.spec import PermutationSpec
 
-Matcher = Literal["none", "weight", "activation", "correlation"]
+Matcher = str  # a name registered in lmc.permutation.MATCHERS
 Repair = Literal["none", "reset_bn", "repair"]
 StateDict = Mapping[str, Tensor]
 Batches = Sequence[Any]
@@ -62,42 +63,21 @@ def match_states(
     matcher: Matcher,
     align_batches: Batches | None = None,
     seed: int = 0,
+    spec: PermutationSpec | None = None,
 ) -> tuple[list[dict[str, Tensor]], dict[str, Any]]:
-    """Permute models 1..N-1 onto model 0 (N=2) or onto each other by MergeMany (N>2).
+    """Permute models 1..N-1 onto model 0 (N=2) or onto each other by MergeMany (N>2) with the
+    matcher registered as ``matcher`` (:data:`lmc.permutation.MATCHERS`).
 
     Returns the aligned states (model 0 unchanged) and matching diagnostics.
     """
-    from lmc.permutation import (
-        activation_matching,
-        align_weights,
-        apply_permutation,
-        merge_many,
-        spec_for,
-    )
+    from lmc.permutation import match, spec_for
 
     states = [dict(s) for s in states]
     if matcher == "none":
         return states, {}
-    spec = spec_for(net)
-    if matcher == "weight" and len(states) > 2:
-        result = merge_many(states, spec, seed=seed)
-        return [apply_permutation(s, spec, p) for s, p in zip(states, result.perms)], {
-            "rounds": result.rounds
-        }
-    if matcher == "weight":
-        aligned, result = align_weights(states[0], states[1], spec, method="accelerated", seed=seed)
-        return [states[0], aligned], {"sweeps": result.sweeps, "converged": result.converged}
-    if align_batches is None:
-        raise ValueError(f"matcher={matcher!r} needs data (the alignment subset)")
-    model_a, model_b = copy.deepcopy(net), copy.deepcopy(net)
-    model_a.load_state_dict(states[0])
-    out = [states[0]]
-    for state in states[1:]:
-        model_b.load_state_dict(state)
-        similarity = "covariance" if matcher == "activation" else "correlation"
-        result = activation_matching(model_a, model_b, align_batches, spec, similarity=similarity)
-        out.append(apply_permutation(state, spec, result.perm))
-    return out, {}
+    spec = spec if spec is not None else spec_for(net)
+    result = match(matcher, net, states, spec, batches=align_batches, seed=seed)
+    return result.apply(states, spec), result.info
 
 
 def _evaluate_point(
@@ -191,6 +171,7 @@ def interpolation_study(
     loss: LossName = "cross_entropy",
     seed: int = 0,
     names: Sequence[str] | None = None,
+    spec: PermutationSpec | None = None,
     on_path: Callable[[str, PathResult], None] | None = None,
 ) -> StudyResult:
     """Barriers between models before and after matching, and their merges.
@@ -200,7 +181,8 @@ def interpolation_study(
     originals and of the aligned models (MergeMany for weight matching), each compared with the
     mean of the endpoints. Summary keys: ``barrier_loss_{naive,matched}``,
     ``barrier_acc_{naive,matched}``, ``barrier_loss_normalized_*`` on the last split given
-    (put ``test`` last), averaged over pairs when N > 2.
+    (put ``test`` last), averaged over pairs when N > 2. ``spec`` is the permutation spec
+    (default: the built-in network's, :func:`~lmc.permutation.spec_for`).
     """
     if len(states) < 2:
         raise ValueError(f"an interpolation study needs at least 2 models, got {len(states)}")
@@ -211,7 +193,7 @@ def interpolation_study(
     check_compatible(states, names)
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    aligned, _ = match_states(net, states, matcher, align_batches, seed)
+    aligned, _ = match_states(net, states, matcher, align_batches, seed, spec)
     timings["matching_seconds"] = time.perf_counter() - start
 
     model = copy.deepcopy(net)

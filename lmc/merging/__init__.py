@@ -12,6 +12,7 @@
 
 from lmc.merging.baselines import (
     BASELINES,
+    MERGE_METHODS,
     Baseline,
     align_states,
     baseline_sweep,
@@ -46,6 +47,7 @@ from lmc.merging.ste import (
 
 __all__ = [
     "BASELINES",
+    "MERGE_METHODS",
     "Baseline",
     "STEMM",
     "MergeEvaluation",

@@ -6,6 +6,9 @@
   (the two-model method applied n - 1 times; 004 §3.1, Fig. 1).
 * :func:`merge_many_perms`: MergeMany (Ainsworth et al. 2023, App. A.10; 004 §5), each model
   matched to the mean of the others until the total distance stops falling.
+* :data:`MERGE_METHODS`: the registry of merge methods by name (``naive``, ``wm_ref``,
+  ``mergemany``), each ``method(states, spec, *, keys, reference, method, seed) -> perms``. A new
+  method is one function plus ``MERGE_METHODS.register("name")``.
 
 Permutations are lists with one entry per model; ``apply_permutation(states[i], spec, perms[i])``
 gives ``pi_i(theta_i)``. The reference model's permutation is the identity.
@@ -14,7 +17,6 @@ gives ``pi_i(theta_i)``. The reference model's permutation is the identity.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
 
 from torch import Tensor, nn
 
@@ -24,16 +26,17 @@ from lmc.permutation import (
     PermutationSpec,
     SpecError,
     apply_permutation,
+    has_builtin_spec,
     identity_permutation,
     merge_many,
     spec_for,
     weight_matching,
 )
 from lmc.permutation.weight_matching import Method
+from lmc.registry import Registry
 
 StateDict = Mapping[str, Tensor]
-Baseline = Literal["naive", "wm_ref", "mergemany"]
-BASELINES: tuple[str, ...] = ("naive", "wm_ref", "mergemany")
+Baseline = str  # a name registered in MERGE_METHODS
 
 
 def check_models(
@@ -41,13 +44,15 @@ def check_models(
     states: Sequence[StateDict],
     spec: PermutationSpec | None = None,
     names: Sequence[str] | None = None,
-) -> PermutationSpec:
+) -> PermutationSpec | None:
     """Check the models to merge and return the permutation spec they share.
 
     Args:
         net: the architecture (its state dict is the reference for keys and shapes).
         states: the n models' full state dicts (parameters and buffers).
-        spec: the permutation spec; ``spec_for(net)`` (built-in architectures) if omitted.
+        spec: the permutation spec; ``spec_for(net)`` (built-in architectures) if omitted and
+            ``net`` is built in; for another network without a spec only the keys and shapes
+            are checked (and ``None`` is returned).
         names: how to call the models in messages (e.g. checkpoint paths).
 
     Raises:
@@ -66,7 +71,10 @@ def check_models(
     if len(names) != n:
         raise ValueError(f"got {n} models but {len(names)} names")
     check_compatible([net.state_dict(), *states], ["the configured net", *names])
-    spec = spec if spec is not None else spec_for(net)
+    if spec is None:
+        if not has_builtin_spec(net):
+            return None
+        spec = spec_for(net)
     for name, state in zip(names, states):
         try:
             spec.sizes(state)
@@ -121,11 +129,26 @@ def wm_to_reference(
     return perms
 
 
+def naive_perms(
+    states: Sequence[StateDict],
+    spec: PermutationSpec,
+    *,
+    keys: Sequence[str] | None = None,
+    reference: int = 0,
+    method: Method = "accelerated",
+    seed: int = 0,
+) -> list[Permutation]:
+    """Identity permutations: the plain average of the models (no alignment)."""
+    sizes = spec.sizes(states[0])
+    return [identity_permutation(sizes) for _ in states]
+
+
 def merge_many_perms(
     states: Sequence[StateDict],
     spec: PermutationSpec,
     *,
     keys: Sequence[str] | None = None,
+    reference: int = 0,
     method: Method = "accelerated",
     seed: int = 0,
     max_rounds: int = 100,
@@ -133,7 +156,7 @@ def merge_many_perms(
     """MergeMany's permutations (Ainsworth et al. 2023, App. A.10), one per model.
 
     A thin wrapper of :func:`lmc.permutation.merge_many` matching only ``keys`` (default every
-    floating-point entry).
+    floating-point entry); ``reference`` is unused (MergeMany treats all models alike).
     """
     keys = list(keys) if keys is not None else None
     sub = spec.restrict(keys) if keys is not None else spec
@@ -156,6 +179,18 @@ def _select(state: StateDict, keys: Sequence[str] | None) -> StateDict:
     return state if keys is None else {k: state[k] for k in keys}
 
 
+MERGE_METHODS: Registry = Registry(
+    "baseline merge method",
+    "method(states, spec, *, keys=None, reference=0, method='accelerated', seed=0) -> perms",
+)
+MERGE_METHODS.register("naive")(naive_perms)
+MERGE_METHODS.register("wm_ref")(wm_to_reference)
+MERGE_METHODS.register("mergemany")(merge_many_perms)
+# each model of wm_ref is matched on its own, so the perms of the first n models are the first n
+# of one run over all models: one call serves every n of a sweep
+_NESTED = {"wm_ref"}
+
+
 def baseline_sweep(
     states: Sequence[StateDict],
     spec: PermutationSpec,
@@ -167,24 +202,18 @@ def baseline_sweep(
     method: Method = "accelerated",
     seed: int = 0,
 ) -> dict[int, list[Permutation]]:
-    """A baseline's permutations of the first n models for every n in ``num_models``.
+    """A merge method's permutations of the first n models for every n in ``num_models``.
 
-    ``naive``: identities (plain averaging); ``wm_ref``: :func:`wm_to_reference` (each model is
-    matched independently, so one run over all models serves every n); ``mergemany``:
-    :func:`merge_many_perms` run afresh for every n.
+    ``baseline`` names a function of :data:`MERGE_METHODS` (``naive``: identities, plain
+    averaging; ``wm_ref``: :func:`wm_to_reference`, one run over all models serves every n;
+    ``mergemany``: :func:`merge_many_perms` run afresh for every n).
     """
-    if baseline not in BASELINES:
-        raise ValueError(f"unknown baseline {baseline!r}; choose from {BASELINES}")
-    sizes = spec.sizes(states[0])
-    top = max(num_models)
-    if baseline == "naive":
-        return {n: [identity_permutation(sizes) for _ in range(n)] for n in num_models}
-    if baseline == "wm_ref":
-        perms = wm_to_reference(
-            states[:top], spec, reference=reference, keys=keys, method=method, seed=seed
-        )
+    fn = MERGE_METHODS.get(baseline)
+    kwargs = {"reference": reference, "keys": keys, "method": method, "seed": seed}
+    if baseline in _NESTED:
+        perms = fn(states[: max(num_models)], spec, **kwargs)
         return {n: perms[:n] for n in num_models}
-    return {
-        n: merge_many_perms(states[:n], spec, keys=keys, method=method, seed=seed)
-        for n in num_models
-    }
+    return {n: fn(states[:n], spec, **kwargs) for n in num_models}
+
+
+BASELINES: tuple[str, ...] = tuple(MERGE_METHODS.names())  # the built-in merge methods

@@ -48,6 +48,7 @@ from lmc.permutation import (
     PermutationSpec,
     apply_permutation,
     identity_permutation,
+    spec_for,
     weight_matching,
 )
 from lmc.permutation.weight_matching import Method
@@ -198,7 +199,7 @@ class STEMM(nn.Module):
         else:
             states = list(models)
             self.bank = ModelBank(states)
-        self.spec = check_models(net, states, spec, names)
+        self.spec = check_models(net, states, spec, names) or spec_for(net)
         self.n = len(states)
         if not -self.n <= reference < self.n:
             raise ValueError(f"reference={reference} is not an index into {self.n} models")

@@ -4,7 +4,9 @@
 * :func:`apply_permutation`, :func:`invert_permutation`, :func:`check_spec`;
 * :func:`weight_matching` (plain 004 Alg. 2 / accelerated Alg. 3), :func:`align_weights`;
 * :func:`activation_matching`, :func:`correlation_alignment` (002 Alg. 1, App. D);
-* :func:`merge_many`; pluggable LAP solvers in :mod:`lmc.permutation.lap`.
+* :func:`merge_many`; pluggable LAP solvers in :mod:`lmc.permutation.lap`;
+* the matcher registry :data:`MATCHERS` (:func:`match`) and the config's spec sources
+  (:func:`resolve_spec`: ``auto``, ``builtin``, ``derive``, ``package.module:function``).
 """
 
 from lmc.permutation.activation_matching import (
@@ -21,6 +23,7 @@ from lmc.permutation.apply import (
     permute_model_,
 )
 from lmc.permutation.builtin import (
+    has_builtin_spec,
     mlp_spec,
     resnet_spec,
     spec_for,
@@ -31,7 +34,9 @@ from lmc.permutation.builtin import (
 from lmc.permutation.check import SpecCheckError, SpecCheckReport, check_spec
 from lmc.permutation.derive import SpecDerivationError, derive_spec
 from lmc.permutation.lap import LapSolution, available_solvers, register_solver
+from lmc.permutation.matchers import MATCHERS, Matching, match
 from lmc.permutation.merge_many import MergeManyResult, merge_many
+from lmc.permutation.source import SPEC_SOURCES, check_spec_source, resolve_spec
 from lmc.permutation.spec import (
     Permutation,
     PermutationSpec,
@@ -47,6 +52,13 @@ from lmc.permutation.weight_matching import (
 )
 
 __all__ = [
+    "MATCHERS",
+    "Matching",
+    "SPEC_SOURCES",
+    "check_spec_source",
+    "has_builtin_spec",
+    "match",
+    "resolve_spec",
     "ActivationMatchingResult",
     "CrossStatistics",
     "LapSolution",

@@ -139,6 +139,11 @@ _BUILTIN = (
 )
 
 
+def has_builtin_spec(model: nn.Module) -> bool:
+    """Whether ``model`` is a built-in architecture with a hand-written spec."""
+    return any(type(model) is cls for cls, _ in _BUILTIN)
+
+
 def spec_for(model: nn.Module, example_input: object | None = None) -> PermutationSpec:
     """The permutation spec of ``model``.
 

@@ -10,8 +10,11 @@ from typing import Any, Literal
 
 import lightning as L
 from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+from torch import Tensor, nn
 
 from lmc.evaluation import LossName, cache_batches
+from lmc.permutation.source import check_spec_source, needs_example, resolve_spec
+from lmc.permutation.spec import PermutationSpec
 
 Split = Literal["train", "val", "test"]
 
@@ -48,6 +51,55 @@ def default_loss(datamodule: Any) -> LossName:
     return (
         "mse" if getattr(datamodule, "task", "classification") == "regression" else "cross_entropy"
     )
+
+
+def example_inputs(datamodule: Any, n: int = 2) -> Tensor:
+    """The first ``n`` inputs of the data module's alignment subset (shapes for ``torch.fx``)."""
+    batch = next(iter(datamodule.alignment_dataloader()))
+    x = batch[0] if isinstance(batch, (tuple, list)) else batch
+    return x[:n]
+
+
+class SpecSource:
+    """The ``spec`` option of every task that matches (see :mod:`lmc.permutation.source`).
+
+    ``auto`` (default) takes a built-in network's hand-written spec and derives any other
+    network's with ``torch.fx``; a spec that needs no data is resolved (and checked) when the
+    task is built, a derived one on first use from the data module's alignment subset.
+    """
+
+    def __init__(self, source: str, net: nn.Module, field: str = "model.init_args.spec") -> None:
+        self.source = check_spec_source(source, field)
+        self.net = net
+        self._spec = None if needs_example(source, net) else resolve_spec(source, net)
+
+    @property
+    def known(self) -> PermutationSpec | None:
+        """The spec if it is already resolved (always, unless it is derived from data)."""
+        return self._spec
+
+    def require(self, why: str) -> PermutationSpec:
+        """The spec now, without data: a clear error for a spec derived from data."""
+        if self._spec is None:
+            raise ValueError(
+                f"{why} needs the permutation spec when it is built, but spec={self.source!r} "
+                f"derives the spec of {type(self.net).__name__} from data; set spec to "
+                "'package.module:function' (e.g. a function calling lmc.permutation.derive_spec "
+                "with an example input)"
+            )
+        return self._spec
+
+    def resolve(self, datamodule: Any | None = None, device: Any = None) -> PermutationSpec:
+        """The spec, derived on first call from ``datamodule``'s inputs when needed."""
+        if self._spec is None:
+            example = None
+            if datamodule is not None:
+
+                def example() -> Tensor:
+                    return example_inputs(datamodule).to(device)
+
+            self._spec = resolve_spec(self.source, self.net, example)
+        return self._spec
 
 
 def save_task_hparams(module: L.LightningModule, ignore: Sequence[str] = ()) -> None:

@@ -16,7 +16,8 @@ from lmc.evaluation import LossName, batch_loss
 from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
 from lmc.models.init import reinitialize
 from lmc.optim import default_optimizer
-from lmc.tasks.base import default_loss, eval_and_align_batches, save_task_hparams
+from lmc.permutation.matchers import MATCHERS
+from lmc.tasks.base import SpecSource, default_loss, eval_and_align_batches, save_task_hparams
 from lmc.tasks.report import log_study
 
 
@@ -34,7 +35,7 @@ class TrainAndInterpolateTask(L.LightningModule):
         num_models: how many models to train (2 gives one naive and one matched path).
         optimizer: optimizer over all models' parameters.
         loss: training/evaluation loss; default from the data module's task.
-        matcher, repair, num_alphas, splits: as in :class:`~lmc.tasks.InterpolationTask`.
+        matcher, repair, num_alphas, splits, spec: as in :class:`~lmc.tasks.InterpolationTask`.
     """
 
     def __init__(
@@ -47,9 +48,11 @@ class TrainAndInterpolateTask(L.LightningModule):
         repair: Repair = "none",
         num_alphas: int = 25,
         splits: list[Literal["train", "val", "test"]] | None = None,
+        spec: str = "auto",
     ) -> None:
         super().__init__()
         save_task_hparams(self, ignore=["net", "optimizer"])
+        MATCHERS.check(matcher, "model.init_args.matcher")
         if num_models < 2:
             raise ValueError(f"num_models must be at least 2, got {num_models}")
         seeds = torch.randint(0, 2**31 - 1, (num_models - 1,)).tolist()
@@ -59,6 +62,7 @@ class TrainAndInterpolateTask(L.LightningModule):
         self.matcher, self.repair, self.num_alphas = matcher, repair, num_alphas
         self.splits = list(splits) if splits else ["train", "test"]
         self.result: StudyResult | None = None
+        self.spec = SpecSource(spec, net)
 
     @property
     def _loss(self) -> LossName:
@@ -95,6 +99,7 @@ class TrainAndInterpolateTask(L.LightningModule):
             align,
             self.num_alphas,
             self._loss,
+            spec=self.spec.resolve(dm, self.device),
         )
         out = log_study(self.trainer, self.result)
         s = self.result.summary

@@ -9,8 +9,10 @@ from torch import nn
 from lmc.interpolation.states import check_compatible
 from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
 from lmc.io import load_checkpoint, model_state_dict, save_net_checkpoint
+from lmc.permutation.matchers import MATCHERS
 from lmc.tasks.base import (
     EvaluationTask,
+    SpecSource,
     Split,
     default_loss,
     eval_and_align_batches,
@@ -33,8 +35,9 @@ class InterpolationTask(EvaluationTask):
     Args:
         net: the architecture of the checkpoints (class_path/init_args).
         checkpoints: paths of 2 or more ``.ckpt`` files written by ``lmc fit``.
-        matcher: ``none``, ``weight`` (accelerated weight matching; MergeMany for N > 2),
-            ``activation`` (cross-covariance) or ``correlation`` (002 Alg. 1).
+        matcher: a name registered in :data:`lmc.permutation.MATCHERS`: ``none``, ``weight``
+            (accelerated weight matching; MergeMany for N > 2), ``activation``
+            (cross-covariance) or ``correlation`` (002 Alg. 1).
         repair: ``none``, ``reset_bn`` or ``repair``.
         num_alphas: points of the alpha grid (including both endpoints).
         splits: which splits to evaluate; ``train`` means the alignment subset of train. Put the
@@ -45,6 +48,9 @@ class InterpolationTask(EvaluationTask):
             (loadable by ``lmc.io.load_checkpoint``).
         log_artifact: also log ``matched.ckpt`` as a W&B model artifact (W&B logger only).
         seed: seed of the matching's random group order.
+        spec: where the permutation spec comes from: ``auto`` (a built-in network's
+            hand-written spec, else derived with ``torch.fx`` from the data), ``builtin``,
+            ``derive`` or ``package.module:function`` (:mod:`lmc.permutation.source`).
     """
 
     def __init__(
@@ -59,9 +65,11 @@ class InterpolationTask(EvaluationTask):
         save_matched: bool = False,
         log_artifact: bool = False,
         seed: int = 0,
+        spec: str = "auto",
     ) -> None:
         super().__init__()
         save_task_hparams(self, ignore=["net"])
+        MATCHERS.check(matcher, "model.init_args.matcher")
         if len(checkpoints) < 2:
             raise ValueError(
                 f"InterpolationTask needs at least 2 checkpoints, got {len(checkpoints)}: set "
@@ -77,6 +85,7 @@ class InterpolationTask(EvaluationTask):
         self.splits = list(splits) if splits else ["train", "test"]
         self.max_batches, self.save_matched, self.seed = max_batches, save_matched, seed
         self.log_artifact = log_artifact
+        self.spec = SpecSource(spec, net)
         self.result: StudyResult | None = None
 
     def evaluate(self) -> None:
@@ -93,6 +102,7 @@ class InterpolationTask(EvaluationTask):
             loss=default_loss(dm),
             seed=self.seed,
             names=self.checkpoints,
+            spec=self.spec.resolve(dm, self.device),
         )
         for key, value in self.result.summary.items():
             if key.startswith(("barrier_", "merge_")):

@@ -17,6 +17,7 @@ from lmc.evaluation import has_batchnorm, reset_bn
 from lmc.interpolation.states import weighted_average
 from lmc.io import load_checkpoint, model_state_dict
 from lmc.merging import (
+    MERGE_METHODS,
     Baseline,
     MergeSweep,
     align_states,
@@ -29,6 +30,7 @@ from lmc.permutation import Permutation, PermutationSpec
 from lmc.permutation.weight_matching import Method
 from lmc.tasks.base import (
     EvaluationTask,
+    SpecSource,
     Split,
     default_loss,
     eval_and_align_batches,
@@ -43,10 +45,12 @@ def load_models(
     checkpoints: Sequence[str],
     num_models: Sequence[int] | None,
     reference: int,
-) -> tuple[list[dict[str, Tensor]], list[int], PermutationSpec]:
-    """Read the checkpoints (safely), check them against ``net`` and validate the sweep.
+    spec: SpecSource,
+) -> tuple[list[dict[str, Tensor]], list[int]]:
+    """Read the checkpoints (safely), check them against ``net`` (and against the permutation
+    spec when it is known without data) and validate the sweep.
 
-    Returns the state dicts, the sorted numbers of models to merge and the permutation spec.
+    Returns the state dicts and the sorted numbers of models to merge.
 
     Raises:
         ValueError: fewer than 2 checkpoints, an n outside ``[2, len(checkpoints)]``, a
@@ -70,8 +74,8 @@ def load_models(
             "smallest merge of the sweep)"
         )
     states = [model_state_dict(load_checkpoint(p)) for p in checkpoints]
-    spec = check_models(net, states, names=[str(p) for p in checkpoints])
-    return states, ns, spec
+    check_models(net, states, spec.known, names=[str(p) for p in checkpoints])
+    return states, ns
 
 
 class MergeReporter:
@@ -184,6 +188,8 @@ class MergeTask(EvaluationTask):
         sharpness_batches: alignment batches defining the sharpness loss.
         wm_method: weight-matching variant of the baselines (same optimum up to ties).
         seed: seed of the matching's group order and of the sharpness probes.
+        spec: the permutation spec source: ``auto``, ``builtin``, ``derive`` or
+            ``package.module:function`` (:mod:`lmc.permutation.source`).
     """
 
     def __init__(
@@ -200,11 +206,15 @@ class MergeTask(EvaluationTask):
         sharpness_batches: int = 1,
         wm_method: Method = "accelerated",
         seed: int = 0,
+        spec: str = "auto",
     ) -> None:
         super().__init__()
         save_task_hparams(self, ["net"])
-        self.states, self.num_models, self.spec = load_models(
-            net, checkpoints, num_models, reference
+        for m in methods or []:
+            MERGE_METHODS.check(m, "model.init_args.methods")
+        self.spec_source = SpecSource(spec, net)
+        self.states, self.num_models = load_models(
+            net, checkpoints, num_models, reference, self.spec_source
         )
         object.__setattr__(self, "_net", net)
         self.checkpoints = list(checkpoints)
@@ -222,6 +232,10 @@ class MergeTask(EvaluationTask):
             self._merge()
 
     def _merge(self) -> None:
+        dm = self.trainer.datamodule
+        self.spec = check_models(
+            self._net, self.states, self.spec_source.resolve(dm, self.device), self.checkpoints
+        )
         keys = parameter_keys(self._net)
         perms = {
             m: baseline_sweep(

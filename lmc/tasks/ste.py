@@ -18,10 +18,18 @@ from torch import Tensor, nn
 
 from lmc.evaluation import LossName, batch_loss
 from lmc.io import save_net_checkpoint
-from lmc.merging import STEMM, Baseline, MergeSweep, Mixing, ModelBank, baseline_sweep
+from lmc.merging import (
+    MERGE_METHODS,
+    STEMM,
+    Baseline,
+    MergeSweep,
+    Mixing,
+    ModelBank,
+    baseline_sweep,
+)
 from lmc.optim import default_optimizer
 from lmc.permutation.weight_matching import Method
-from lmc.tasks.base import Split, default_loss, save_task_hparams
+from lmc.tasks.base import SpecSource, Split, default_loss, save_task_hparams
 from lmc.tasks.merge import MergeReporter, load_models
 
 
@@ -65,6 +73,9 @@ class STEMMTask(L.LightningModule):
         save_merged: also write ``merged_n{n}.ckpt`` (the STE-MM merge of each n, BatchNorm
             reset) into the run directory.
         seed: seed of lambda, of the matching's group order and of the sharpness probes.
+        spec: the permutation spec source: ``auto``, ``builtin`` or ``package.module:function``
+            (:mod:`lmc.permutation.source`); the proxies are built with the task, so a spec
+            derived from data is refused with a message (use a function).
     """
 
     def __init__(
@@ -85,10 +96,15 @@ class STEMMTask(L.LightningModule):
         sharpness_batches: int = 1,
         save_merged: bool = False,
         seed: int = 0,
+        spec: str = "auto",
     ) -> None:
         super().__init__()
         save_task_hparams(self, ["net", "optimizer"])
-        states, self.num_models, self.spec = load_models(net, checkpoints, num_models, reference)
+        for b in baselines or []:
+            MERGE_METHODS.check(b, "model.init_args.baselines")
+        source = SpecSource(spec, net)
+        self.spec = source.require(type(self).__name__)
+        states, self.num_models = load_models(net, checkpoints, num_models, reference, source)
         object.__setattr__(self, "_net", net)  # a template, not trained or checkpointed
         object.__setattr__(self, "_states", states)
         self.checkpoints = list(checkpoints)
@@ -203,7 +219,7 @@ class STETask(STEMMTask):
 
     Args:
         net, optimizer, wm_method, baselines, splits, max_batches, pairwise,
-        sharpness_probes, sharpness_batches, seed: as in :class:`STEMMTask`.
+        sharpness_probes, sharpness_batches, seed, spec: as in :class:`STEMMTask`.
         checkpoints: exactly two ``.ckpt`` paths, model A then model B.
         mixing: ``midpoint`` (default) or ``dirichlet`` (alpha ~ U(0, 1)).
         keep_best: keep the permutation of the lowest batch loss (else the final matching).
@@ -226,6 +242,7 @@ class STETask(STEMMTask):
         sharpness_batches: int = 1,
         save_matched: bool = True,
         seed: int = 0,
+        spec: str = "auto",
     ) -> None:
         if len(checkpoints) != 2:
             raise ValueError(
@@ -250,6 +267,7 @@ class STETask(STEMMTask):
             sharpness_batches=sharpness_batches,
             save_merged=False,
             seed=seed,
+            spec=spec,
         )
 
     def _save(self, out: Any, perms: dict[int, list]) -> None:

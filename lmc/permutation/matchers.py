@@ -1,0 +1,155 @@
+"""The matcher registry: how models are aligned before they are interpolated or merged.
+
+Every matcher has one signature::
+
+    matcher(net, states, spec, *, batches=None, seed=0) -> Matching
+
+``states`` are N >= 2 full state dicts of ``net``'s architecture; the result holds one
+permutation per state (``apply_permutation(states[i], spec, perms[i])`` aligns model ``i``)
+and scalar diagnostics. Registered here: ``none`` (identities), ``weight`` (accelerated weight
+matching of model 1 to model 0, 004 Alg. 3; MergeMany for N > 2), ``activation``
+(cross-covariance of activations) and ``correlation`` (002 Alg. 1), the two data-driven ones
+aligning every model to model 0 on ``batches``. A new matcher is one function decorated with
+``@MATCHERS.register("name")`` in a module imported by :mod:`lmc.permutation`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor, nn
+
+from lmc.permutation.activation_matching import activation_matching
+from lmc.permutation.apply import apply_permutation
+from lmc.permutation.merge_many import merge_many
+from lmc.permutation.spec import Permutation, PermutationSpec, identity_permutation
+from lmc.permutation.weight_matching import weight_matching
+from lmc.registry import Registry
+
+StateDict = Mapping[str, Tensor]
+
+
+@dataclass
+class Matching:
+    """One permutation per model (identity for the model matched to) and diagnostics."""
+
+    perms: list[Permutation]
+    info: dict[str, float] = field(default_factory=dict)
+
+    def apply(self, states: Sequence[StateDict], spec: PermutationSpec) -> list[dict[str, Tensor]]:
+        """``[pi_i(states[i])]``: every model aligned."""
+        return [apply_permutation(s, spec, p) for s, p in zip(states, self.perms)]
+
+
+MATCHERS: Registry = Registry(
+    "matcher", "matcher(net, states, spec, *, batches=None, seed=0) -> Matching"
+)
+
+
+def match(
+    name: str,
+    net: nn.Module,
+    states: Sequence[StateDict],
+    spec: PermutationSpec,
+    *,
+    batches: Sequence[Any] | None = None,
+    seed: int = 0,
+) -> Matching:
+    """Run the matcher registered as ``name`` (its errors list the registered names)."""
+    if len(states) < 2:
+        raise ValueError(f"matching needs at least 2 models, got {len(states)}")
+    return MATCHERS.get(name)(net, states, spec, batches=batches, seed=seed)
+
+
+@MATCHERS.register("none")
+def no_matching(
+    net: nn.Module,
+    states: Sequence[StateDict],
+    spec: PermutationSpec,
+    *,
+    batches: Sequence[Any] | None = None,
+    seed: int = 0,
+) -> Matching:
+    """Identity permutations: the naive comparison."""
+    sizes = spec.sizes(states[0])
+    return Matching([identity_permutation(sizes) for _ in states])
+
+
+@MATCHERS.register("weight")
+def weight_matcher(
+    net: nn.Module,
+    states: Sequence[StateDict],
+    spec: PermutationSpec,
+    *,
+    batches: Sequence[Any] | None = None,
+    seed: int = 0,
+) -> Matching:
+    """Accelerated weight matching of model 1 to model 0 (004 Alg. 3); for N > 2 MergeMany
+    (Ainsworth et al. 2023, App. A.10), every model matched to the mean of the others."""
+    if len(states) > 2:
+        result = merge_many(list(states), spec, seed=seed)
+        return Matching(list(result.perms), {"rounds": float(result.rounds)})
+    res = weight_matching(states[0], states[1], spec, method="accelerated", seed=seed)
+    ident = identity_permutation(spec.sizes(states[0]))
+    return Matching(
+        [ident, res.perm], {"sweeps": float(res.sweeps), "converged": float(res.converged)}
+    )
+
+
+def _activation(
+    net: nn.Module,
+    states: Sequence[StateDict],
+    spec: PermutationSpec,
+    batches: Sequence[Any] | None,
+    similarity: str,
+    name: str,
+) -> Matching:
+    if batches is None:
+        raise ValueError(f"matcher {name!r} needs data (the alignment subset)")
+    model_a, model_b = copy.deepcopy(net), copy.deepcopy(net)
+    model_a.load_state_dict(states[0])
+    perms = [identity_permutation(spec.sizes(states[0]))]
+    before, after = [], []
+    for state in states[1:]:
+        model_b.load_state_dict(state)
+        result = activation_matching(model_a, model_b, batches, spec, similarity=similarity)
+        perms.append(result.perm)
+        n = max(len(result.similarity), 1)
+        before.append(sum(result.similarity_before.values()) / n)
+        after.append(sum(result.similarity.values()) / n)
+    info = {
+        "similarity_before": sum(before) / len(before),
+        "similarity_after": sum(after) / len(after),
+    }
+    return Matching(perms, info)
+
+
+@MATCHERS.register("activation")
+def activation_matcher(
+    net: nn.Module,
+    states: Sequence[StateDict],
+    spec: PermutationSpec,
+    *,
+    batches: Sequence[Any] | None = None,
+    seed: int = 0,
+) -> Matching:
+    """Every model aligned to model 0 by the cross-covariance of activations on ``batches``."""
+    return _activation(net, states, spec, batches, "covariance", "activation")
+
+
+@MATCHERS.register("correlation")
+def correlation_matcher(
+    net: nn.Module,
+    states: Sequence[StateDict],
+    spec: PermutationSpec,
+    *,
+    batches: Sequence[Any] | None = None,
+    seed: int = 0,
+) -> Matching:
+    """Tatro et al.'s neuron alignment (002 Alg. 1, App. D): every model aligned to model 0 by
+    the Pearson correlation of post-activations; ``info`` has the mean matched correlation
+    before and after."""
+    return _activation(net, states, spec, batches, "correlation", "correlation")
