@@ -1,94 +1,59 @@
-"""Logging of a multi-model merge sweep: metrics, W&B table/plots/image, ``merge.png`` and
-``summary.json`` in the run directory (004 Fig. 3, 4, 6-10)."""
+"""Report of a multi-model merge sweep: its :class:`~lmc.results.RunRecord` (metrics vs n per
+method, evaluations, originals), ``merge.png`` (004 Fig. 3, 4, 6-10) and the loggers."""
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from lightning.pytorch.loggers import WandbLogger  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from lmc.merging.evaluate import MergeEvaluation, MergeSweep  # noqa: E402
-from lmc.tasks.rundir import run_dir  # noqa: E402
-
-PANELS = (
-    ("acc", "accuracy of the merge", True),
-    ("loss_gap", "merged loss - mean original loss", False),
-    ("pairwise_loss_gap", "mean pairwise merged loss - mean original loss", False),
-    ("sharpness", "sharpness tr(H ⊙ θθᵀ)", False),
-)
+from lmc.merging.evaluate import MergeSweep
+from lmc.results import RunRecord, Series
+from lmc.results.figures import merge_figure
+from lmc.results.logging import LinePlot, publish, run_config
+from lmc.tasks.rundir import run_dir
 
 
-def _finite(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
-
-
-def _by_method(sweep: MergeSweep) -> dict[str, list[MergeEvaluation]]:
-    out: dict[str, list[MergeEvaluation]] = {}
+def sweep_series(sweep: MergeSweep) -> dict[str, Series]:
+    """One ``n`` series per method over every n of the sweep (``None`` where a method was not
+    evaluated at that n), in the order the methods first appear."""
+    ns = sorted({ev.n for ev in sweep.evaluations})
+    by_method: dict[str, dict[int, dict[str, float]]] = {}
     for ev in sweep.evaluations:
-        out.setdefault(ev.method, []).append(ev)
-    return {m: sorted(evs, key=lambda e: e.n) for m, evs in out.items()}
+        by_method.setdefault(ev.method, {})[ev.n] = ev.metrics
+    out = {}
+    for method, at in by_method.items():
+        keys = sorted({k for metrics in at.values() for k in metrics})
+        values = {k: [at.get(n, {}).get(k) for n in ns] for k in keys}
+        out[method] = Series("n", list(ns), values)
+    return out
 
 
-def merge_figure(sweep: MergeSweep, split: str, path: Path) -> Path:
-    """Metrics vs number of models per method, and the distance-ratio and angle histograms
-    of the largest merge of every method."""
-    methods = _by_method(sweep)
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
-    flat = axes.ravel()
-    for ax, (metric, title, originals) in zip(flat, PANELS):
-        key = metric if metric == "sharpness" else f"{split}/{metric}"
-        for method, evs in methods.items():
-            pts = [(e.n, e.metrics.get(key)) for e in evs if _finite(e.metrics.get(key))]
-            if pts:
-                ax.plot(*zip(*pts), marker="o", label=method)
-        base = "originals_sharpness" if metric == "sharpness" else f"{split}/originals_{metric}"
-        if originals or metric == "sharpness":
-            evs = next(iter(methods.values()))
-            pts = [(e.n, e.metrics.get(base)) for e in evs if _finite(e.metrics.get(base))]
-            if pts:
-                ax.plot(*zip(*pts), linestyle="--", color="gray", label="originals (mean)")
-        if "gap" in metric:
-            ax.axhline(0.0, color="black", linewidth=0.6)
-        ax.set_xlabel("number of models n")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(f"{title} ({split})" if metric != "sharpness" else title, fontsize=9)
-        ax.grid(alpha=0.3)
-    flat[0].legend(fontsize=7)
-    for ax, (attr, title) in zip(
-        flat[4:], (("distance_ratios", "L2 distance / mean"), ("angles", "triplet angles (deg)"))
-    ):
-        for method, evs in methods.items():
-            values = [v for v in getattr(evs[-1], attr) if math.isfinite(v)]
-            if values:
-                ax.hist(values, bins=20, alpha=0.5, label=f"{method} (n={evs[-1].n})")
-        ax.set_title(title, fontsize=9)
-        ax.grid(alpha=0.3)
-        if ax.has_data():
-            ax.legend(fontsize=7)
-    fig.suptitle("Merging n models modulo permutations")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def merge_rows(sweep: MergeSweep) -> list[list[Any]]:
-    """Long-format rows: method, n, metric, value."""
-    return [
-        [ev.method, ev.n, key, _finite(value)]
+def sweep_record(
+    sweep: MergeSweep, extra: dict[str, Any] | None = None, config: dict[str, Any] | None = None
+) -> RunRecord:
+    """The record of a merge sweep: flat ``{method}/n{n}/{metric}`` summary, one series per
+    method, and (as details) ``evaluations``, ``originals`` and the task's ``extra``."""
+    evaluations = [
+        {
+            "method": ev.method,
+            "n": ev.n,
+            "metrics": ev.metrics,
+            "distance_ratios": ev.distance_ratios,
+            "angles": ev.angles,
+        }
         for ev in sweep.evaluations
-        for key, value in sorted(ev.metrics.items())
     ]
+    originals = {"metrics": sweep.originals.metrics, "sharpness": sweep.originals.sharpness}
+    return RunRecord(
+        kind="merge",
+        summary=sweep.summary(),
+        series=sweep_series(sweep),
+        figures={"figure": "merge.png"},
+        config=config or {},
+        details={"evaluations": evaluations, "originals": originals, **(extra or {})},
+    )
 
 
 def log_merge(
@@ -98,74 +63,34 @@ def log_merge(
     prefix: str = "merge",
     split: str = "test",
 ) -> Path:
-    """Log the sweep to every logger (``{prefix}/{method}/n{n}/{metric}``), write
-    ``summary.json`` and ``merge.png`` into the run directory, and on W&B a table, line plots
-    vs n and the figure. Returns the run directory."""
+    """Write the sweep's record (``summary.json``) and ``merge.png`` into the run directory
+    and log the summary (``{prefix}/{method}/n{n}/{metric}``) to every logger; on W&B also
+    the long table, line plots vs n and the figure. The figure and plots show ``split``, or
+    the last split measured when the sweep lacks it. Returns the run directory."""
     out = run_dir(trainer)
     if not trainer.is_global_zero:
         return out
-    out.mkdir(parents=True, exist_ok=True)
-    summary = {k: _finite(v) for k, v in sweep.summary().items()}
-    payload = {
-        "summary": summary,
-        "evaluations": [
-            {
-                "method": ev.method,
-                "n": ev.n,
-                "metrics": {k: _finite(v) for k, v in ev.metrics.items()},
-                "distance_ratios": [_finite(v) for v in ev.distance_ratios],
-                "angles": [_finite(v) for v in ev.angles],
-            }
-            for ev in sweep.evaluations
-        ],
-        "originals": {
-            "metrics": sweep.originals.metrics,
-            "sharpness": sweep.originals.sharpness,
-        },
-        **(extra or {}),
-    }
-    (out / "summary.json").write_text(json.dumps(payload, indent=2, default=_finite))
+    record = sweep_record(sweep, extra, run_config(trainer, out))
     splits = {k.split("/")[0] for ev in sweep.evaluations for k in ev.metrics if "/" in k}
     shown = split if split in splits else sorted(splits)[-1]
-    figure = merge_figure(sweep, shown, out / "merge.png")
-    flat = {f"{prefix}/{k}": v for k, v in summary.items() if v is not None}
-    for logger in trainer.loggers:
-        logger.log_metrics(flat, step=max(trainer.global_step, 0))
-        if isinstance(logger, WandbLogger):
-            _log_wandb(logger, sweep, figure, prefix, shown, flat)
+    plots = [
+        LinePlot(
+            metric.replace("/", "_"), f"{metric} vs n", [(m, m, metric) for m in record.series]
+        )
+        for metric in (
+            f"{shown}/acc",
+            f"{shown}/loss_gap",
+            f"{shown}/pairwise_loss_gap",
+            "sharpness",
+        )
+    ]
+    publish(
+        trainer,
+        record,
+        out,
+        {"figure": lambda path: merge_figure(record, shown, path)},
+        prefix,
+        plots=plots,
+        tables={"table": record.series_table("method")},
+    )
     return out
-
-
-def _log_wandb(
-    logger: WandbLogger,
-    sweep: MergeSweep,
-    figure: Path,
-    prefix: str,
-    split: str,
-    flat: dict[str, float],
-) -> None:
-    import wandb
-
-    run = logger.experiment
-    payload: dict[str, Any] = {
-        f"{prefix}/table": wandb.Table(
-            columns=["method", "n", "metric", "value"], data=merge_rows(sweep)
-        ),
-        f"{prefix}/figure": wandb.Image(str(figure)),
-    }
-    methods = _by_method(sweep)
-    ns = sorted({ev.n for ev in sweep.evaluations})
-    for metric in (f"{split}/acc", f"{split}/loss_gap", f"{split}/pairwise_loss_gap", "sharpness"):
-        keys, ys = [], []
-        for method, evs in methods.items():
-            vals = {e.n: _finite(e.metrics.get(metric)) for e in evs}
-            if any(v is not None for v in vals.values()):
-                keys.append(method)
-                ys.append([vals.get(n) if vals.get(n) is not None else float("nan") for n in ns])
-        if keys:
-            payload[f"{prefix}/plot/{metric.replace('/', '_')}"] = wandb.plot.line_series(
-                xs=ns, ys=ys, keys=keys, title=f"{metric} vs n", xname="n"
-            )
-    run.log(payload)
-    for k, v in flat.items():
-        run.summary[k] = v
