@@ -59,6 +59,12 @@ def resolve_spec(
     """
     check_spec_source(source)
     if source == "builtin":
+        if not has_builtin_spec(net):
+            raise TypeError(
+                f"spec='builtin' but there is no built-in permutation spec for "
+                f"{type(net).__name__}; use spec: auto (derived with torch.fx from the data) or "
+                "'package.module:function'"
+            )
         return spec_for(net)
     if needs_example(source, net):
         if example_input is None:
