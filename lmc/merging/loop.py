@@ -94,13 +94,10 @@ def ste_mm(
         for x, y in batches:
             if max_steps is not None and steps >= max_steps:
                 break
-            x, y = x.to(device), y.to(device)
-            search.match()
-            value = search.loss(x, y, search.sample_weights().tolist(), loss)
+            value = search.step_loss(x.to(device), y.to(device), loss)
             opt.zero_grad(set_to_none=True)
             value.backward()
             opt.step()
-            search.observe(float(value.detach()))
             result.losses.append(float(value.detach()))
             steps += 1
         result.epoch_seconds.append(time.perf_counter() - start)

@@ -372,6 +372,15 @@ class STEMM(nn.Module):
         """Mean loss of the straight-through mixture on a batch (Alg. 1 line 6)."""
         return batch_loss(self(x, weights), y, loss) / y.shape[0]
 
+    def step_loss(self, x: Tensor, y: Tensor, loss: LossName = "cross_entropy") -> Tensor:
+        """One STE-MM training step's loss (004 Alg. 1 lines 3-8): match every model to its
+        proxy, sample the mixing weights, the straight-through loss of the mix, recorded for
+        ``keep_best``. The caller back-propagates it and steps the optimizer."""
+        self.match()
+        value = self.loss(x, y, self.sample_weights().tolist(), loss)
+        self.observe(float(value.detach()))
+        return value
+
     def observe(self, loss: float) -> None:
         """Record a batch loss computed with :attr:`perms` (for ``keep_best``)."""
         if self.keep_best and loss < self.best_loss:

@@ -148,9 +148,7 @@ class STEMMTask(L.LightningModule):
         x, y = batch
         total: Tensor | float = 0.0
         for name, search in self.searches.items():
-            search.match()
-            loss = search.loss(x, y, search.sample_weights().tolist(), self._loss)
-            search.observe(float(loss.detach()))
+            loss = search.step_loss(x, y, self._loss)
             self.log(f"train/loss_{name}", loss.detach(), on_step=True, on_epoch=True)
             total = total + loss
         self.log("train/loss", total.detach(), prog_bar=True)  # type: ignore[union-attr]
