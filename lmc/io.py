@@ -1,9 +1,14 @@
-"""Safe checkpoint reading: ``weights_only=True`` always, clear errors for bad files."""
+"""Safe checkpoint reading and writing: ``weights_only=True`` always, atomic writes, run folders
+resolved to their final checkpoint by one stated rule, clear errors for bad files and for
+non-finite weights."""
 
 from __future__ import annotations
 
+import os
 import pickle
-from collections.abc import Mapping
+import re
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,5 +73,127 @@ def model_state_dict(ckpt: Mapping[str, Any], prefix: str = "net.") -> dict[str,
 def save_net_checkpoint(
     state: Mapping[str, Tensor], path: str | Path, prefix: str = "net."
 ) -> None:
-    """Write ``state`` as a checkpoint ``lmc`` tasks read back (``model_state_dict``'s inverse)."""
-    torch.save({"state_dict": {f"{prefix}{k}": v for k, v in state.items()}}, path)
+    """Write ``state`` as a checkpoint ``lmc`` tasks read back (``model_state_dict``'s inverse),
+    atomically (:func:`atomic_write`)."""
+    payload = {"state_dict": {f"{prefix}{k}": v for k, v in state.items()}}
+    atomic_write(path, lambda f: torch.save(payload, f))
+
+
+def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "wb") -> Path:
+    """Write a file through ``write(file_object)`` to a temporary name in the same folder, flush
+    it to disk, then rename it over ``path``: a reader sees the old file or the whole new one,
+    never a part, and a failure (e.g. a full disk) leaves the previous file in place.
+
+    Raises:
+        OSError: the write failed; the message names the file and says the old one was kept.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise OSError(
+                err.errno,
+                f"could not write {path} ({err.strerror or err}; disk full or read-only?); "
+                "the previous file, if any, is unchanged",
+            ) from err
+        raise
+    return path
+
+
+_STEP = re.compile(r"step=(\d+)")
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """The checkpoint file a path names: a file as is; a run folder (or its ``checkpoints/``)
+    by one rule: ``checkpoints/last.ckpt`` (the final weights) if present, else its only
+    ``.ckpt``, else the one with the highest ``step=N`` in its name.
+
+    Raises:
+        FileNotFoundError: nothing there, or a folder without checkpoints.
+        ValueError: several checkpoints that the rule cannot order (names the files).
+    """
+    path = Path(path)
+    if path.is_file() or not path.is_dir():
+        return path  # load_checkpoint reports a missing file
+    folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    if (folder / "last.ckpt").is_file():
+        return folder / "last.ckpt"
+    found = sorted(folder.glob("*.ckpt"))
+    if not found:
+        raise FileNotFoundError(
+            f"no checkpoint in {folder}: give a run folder written by `lmc fit` (with "
+            "checkpoints/*.ckpt) or a .ckpt file"
+        )
+    if len(found) == 1:
+        return found[0]
+    steps = {f: int(m.group(1)) for f in found if (m := _STEP.search(f.name))}
+    if len(steps) == len(found) and len(set(steps.values())) == len(found):
+        return max(found, key=steps.__getitem__)
+    raise ValueError(
+        f"{folder} holds several checkpoints ({', '.join(f.name for f in found)}) and no "
+        "last.ckpt: give the file you mean"
+    )
+
+
+def check_finite(state: Mapping[str, Tensor], source: str) -> None:
+    """Refuse a state dict with NaN or infinite values, naming the file and the keys.
+
+    Raises:
+        CheckpointError: some floating-point entry is not finite.
+    """
+    bad = [
+        f"{k} ({int((~torch.isfinite(v)).sum())} of {v.numel()})"
+        for k, v in state.items()
+        if v.is_floating_point() and not bool(torch.isfinite(v).all())
+    ]
+    if bad:
+        raise CheckpointError(
+            f"{source} has non-finite weights in {', '.join(bad[:5])}"
+            f"{' and more' if len(bad) > 5 else ''}: a diverged run? Its barriers and merges would "
+            "be NaN; use a checkpoint from before the divergence"
+        )
+
+
+def load_endpoints(
+    paths: Sequence[str | Path], expected: int | None = None, what: str = "checkpoints"
+) -> tuple[list[str], list[dict[str, Tensor]]]:
+    """Read the models a task compares: run folders resolved (:func:`resolve_checkpoint`),
+    each file read safely, the same file twice refused, non-finite weights refused.
+
+    Args:
+        paths: ``.ckpt`` files or run folders.
+        expected: the exact number of models the task's mode takes, if fixed.
+        what: how the config calls the list, for messages.
+
+    Returns:
+        The resolved file paths and the network state dicts, in order.
+    """
+    if expected is not None and len(paths) != expected:
+        raise ValueError(
+            f"{what}: got {len(paths)} models but this mode takes exactly {expected}: "
+            f"{', '.join(map(str, paths)) or 'none'}"
+        )
+    files = [resolve_checkpoint(p) for p in paths]
+    seen: dict[Path, str] = {}
+    for given, f in zip(paths, files):
+        key = f.resolve()
+        if key in seen:
+            raise ValueError(
+                f"{what}: {given} and {seen[key]} are the same checkpoint ({f}); a barrier or "
+                "merge of a model with itself says nothing - give distinct models"
+            )
+        seen[key] = str(given)
+    states = []
+    for f in files:
+        state = model_state_dict(load_checkpoint(f))
+        check_finite(state, str(f))
+        states.append(state)
+    return [str(f) for f in files], states

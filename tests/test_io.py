@@ -44,3 +44,66 @@ def test_untrusted_pickle_is_refused(tmp_path):
     torch.save({"state_dict": {}, "payload": _Evil()}, path)
     with pytest.raises(CheckpointError, match="arbitrary code"):
         load_checkpoint(path)
+
+
+def _net_state():
+    return MLP(4, 2, width=3, depth=1).state_dict()
+
+
+def test_a_run_folder_resolves_to_its_final_checkpoint_by_the_stated_rule(tmp_path):
+    from lmc.io import resolve_checkpoint, save_net_checkpoint
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("{}")
+    for name in ("epoch=0-step=4.ckpt", "epoch=2-step=12.ckpt", "epoch=1-step=8.ckpt"):
+        save_net_checkpoint(_net_state(), run / "checkpoints" / name)
+    assert resolve_checkpoint(run).name == "epoch=2-step=12.ckpt"  # highest step
+    save_net_checkpoint(_net_state(), run / "checkpoints" / "last.ckpt")
+    assert resolve_checkpoint(run).name == "last.ckpt"  # last.ckpt wins
+    assert resolve_checkpoint(run / "checkpoints").name == "last.ckpt"
+    other = tmp_path / "other"
+    other.mkdir()
+    save_net_checkpoint(_net_state(), other / "a.ckpt")
+    save_net_checkpoint(_net_state(), other / "b.ckpt")
+    with pytest.raises(ValueError, match=r"a\.ckpt, b\.ckpt.*give the file"):
+        resolve_checkpoint(other)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        resolve_checkpoint(tmp_path / "empty")
+
+
+def test_endpoints_refuse_nan_weights_duplicates_and_a_wrong_count(tmp_path):
+    from lmc.io import load_endpoints, save_net_checkpoint
+
+    good, bad = _net_state(), _net_state()
+    key = next(k for k, v in bad.items() if v.is_floating_point())
+    bad[key] = bad[key].clone()
+    bad[key].view(-1)[0] = float("nan")
+    save_net_checkpoint(good, tmp_path / "a.ckpt")
+    save_net_checkpoint(_net_state(), tmp_path / "b.ckpt")
+    save_net_checkpoint(bad, tmp_path / "nan.ckpt")
+    files, states = load_endpoints([tmp_path / "a.ckpt", tmp_path / "b.ckpt"], expected=2)
+    assert files == [str(tmp_path / "a.ckpt"), str(tmp_path / "b.ckpt")] and len(states) == 2
+    with pytest.raises(CheckpointError, match=rf"nan\.ckpt has non-finite weights in {key} \(1 of"):
+        load_endpoints([tmp_path / "a.ckpt", tmp_path / "nan.ckpt"])
+    with pytest.raises(ValueError, match="same checkpoint"):
+        load_endpoints([tmp_path / "a.ckpt", tmp_path / ".." / tmp_path.name / "a.ckpt"])
+    with pytest.raises(ValueError, match="got 3 models but this mode takes exactly 2"):
+        load_endpoints([tmp_path / "a.ckpt", tmp_path / "b.ckpt", tmp_path / "nan.ckpt"], 2)
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
+    from lmc.io import atomic_write
+
+    path = tmp_path / "x.bin"
+    atomic_write(path, lambda f: f.write(b"old"))
+
+    def full_disk(f):
+        f.write(b"partial")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match=r"could not write .*x\.bin .*No space left.*unchanged"):
+        atomic_write(path, full_disk)
+    assert path.read_bytes() == b"old"
+    assert not list(tmp_path.glob(".x.bin.*"))  # no temporary file left

@@ -1,0 +1,106 @@
+"""Exact resume of ``lmc fit``: atomic checkpoints, the random state inside them, and the run a
+``--ckpt_path last`` continues.
+
+Together with the data modules' epoch-seeded sampler (the data order of epoch ``e`` is a function
+of the seed and ``e`` only), a run killed at any point and resumed from its ``last.ckpt`` ends
+with the same weights, optimizer state and metrics as a run that was never interrupted.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from lmc.io import atomic_write
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, but atomic: a crash or a full disk while writing leaves
+    the previous file under its name (never a truncated checkpoint that a later read picks up)."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        if storage_options is not None or "://" in str(path):
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        atomic_write(path, lambda f: torch.save(checkpoint, f))
+
+
+def rng_states() -> dict[str, Any]:
+    """The global random states of torch (CPU and CUDA), NumPy and Python, as tensors and plain
+    containers only (a checkpoint stays loadable with ``weights_only=True``)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, state, py_gauss = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+        "python": [version, list(state), py_gauss],
+    }
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore what :func:`rng_states` captured."""
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+    kind, keys, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    version, state, py_gauss = states["python"]
+    random.setstate((version, tuple(state), py_gauss))
+
+
+class RandomStateCheckpoint(Callback):
+    """Keeps the global random state in every checkpoint and restores it when a resumed run
+    starts its first epoch (after model building and the sanity check, which draw from it too),
+    so augmentation, dropout and any other draw continue as if the run had never stopped.
+
+    ``lmc``'s CLI adds it to every run.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": rng_states()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pending = state_dict.get("rng")
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._pending is not None:
+            set_rng_states(self._pending)
+            self._pending = None
+
+
+def is_run_dir(path: Path) -> bool:
+    """A folder written by ``lmc fit``: its ``config.yaml`` beside ``checkpoints/``."""
+    return (path / "config.yaml").is_file() and (path / "checkpoints").is_dir()
+
+
+def run_of_config(config_paths: list[str]) -> Path | None:
+    """The run folder whose saved ``config.yaml`` is among the ``--config`` files, if any."""
+    for p in reversed(config_paths):
+        path = Path(p)
+        if path.name == "config.yaml" and is_run_dir(path.parent):
+            return path.parent
+    return None
+
+
+def resumable_runs(root: Path) -> list[Path]:
+    """Run folders under ``root`` (``<save_dir>/<name>/<version>``) holding a ``last.ckpt``,
+    newest first."""
+    found = [p.parent.parent for p in root.glob("*/*/checkpoints/last.ckpt")]
+    return sorted(
+        (p for p in found if is_run_dir(p)),
+        key=lambda p: (p / "checkpoints" / "last.ckpt").stat().st_mtime,
+        reverse=True,
+    )
