@@ -7,11 +7,23 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+# Below this mean endpoint loss the normalised barrier B / mean(L(0), L(1)) divides by a number
+# that is mostly noise (e.g. 1.7e-6 turns a barrier of 0.14 into 84,000): it is reported as NaN.
+NORMALIZED_MIN_LOSS = 1e-3
+
 
 def alpha_grid(n: int = 25) -> list[float]:
-    """``n`` evenly spaced interpolation coefficients from 0 to 1 inclusive."""
-    if n < 2:
-        raise ValueError(f"an alpha grid needs at least 2 points, got {n}")
+    """``n`` evenly spaced interpolation coefficients from 0 to 1 inclusive.
+
+    Raises:
+        ValueError: fewer than 3 points: the endpoints alone have no interior point, so every
+            barrier would read 0.
+    """
+    if n < 3:
+        raise ValueError(
+            f"an alpha grid needs at least 3 points (the endpoints and one interior point), got "
+            f"{n}: with only the endpoints every barrier reads 0; set num_alphas >= 3 (25 is usual)"
+        )
     return np.linspace(0.0, 1.0, n).tolist()
 
 
@@ -19,9 +31,10 @@ def alpha_grid(n: int = 25) -> list[float]:
 class Barrier:
     """Barrier summary of one path.
 
-    ``loss`` is max over alpha of L(alpha) − [(1−alpha) L(0) + alpha L(1)] (signed: negative
-    when the whole path lies below the chord), ``loss_normalized`` divides it by the mean
-    endpoint loss (000 §4.1), ``acc`` is max over alpha of the chord accuracy minus A(alpha).
+    ``loss`` is max over alpha of L(alpha) − [(1−alpha) L(0) + alpha L(1)] (never negative: the
+    endpoints are on the grid, where the difference is 0), ``loss_normalized`` divides it by the
+    mean endpoint loss (000 §4.1) and is NaN (undefined) when that mean is below
+    :data:`NORMALIZED_MIN_LOSS`, ``acc`` is max over alpha of the chord accuracy minus A(alpha).
     ``alpha_loss``/``alpha_acc`` locate the maxima; ``mean_loss`` is the trapezoidal integral
     of L over the path.
     """
@@ -56,7 +69,7 @@ def barrier(
     """All barrier numbers of one path from its per-alpha losses (and accuracies)."""
     b_loss, a_loss = loss_barrier(alphas, losses)
     mean_end = (losses[0] + losses[-1]) / 2
-    normalized = b_loss / mean_end if mean_end > 0 else float("inf")
+    normalized = b_loss / mean_end if mean_end >= NORMALIZED_MIN_LOSS else float("nan")
     b_acc, a_acc = float("nan"), float("nan")
     if accs is not None and not np.isnan(np.asarray(accs, dtype=float)).any():
         b_acc, a_acc = loss_barrier(alphas, [-x for x in accs])

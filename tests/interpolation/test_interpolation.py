@@ -60,7 +60,7 @@ def test_barrier_formula_on_a_known_bump():
     assert b.acc == pytest.approx(0.2) and b.alpha_acc == 0.5
 
 
-def test_signed_barrier_of_convex_path_is_negative():
+def test_barrier_of_a_convex_path_is_zero_never_negative():
     alphas = alpha_grid(5)
     value, _ = loss_barrier(alphas, [1.0, 0.2, 0.1, 0.2, 1.0])
     assert value == pytest.approx(0.0)  # the endpoints are on the chord
@@ -68,6 +68,27 @@ def test_signed_barrier_of_convex_path_is_negative():
     assert value == pytest.approx(0.0) and where == 0.0
     with pytest.raises(ValueError, match="start at 0"):
         loss_barrier([0.1, 1.0], [1.0, 1.0])
+
+
+def test_mean_loss_is_the_trapezoidal_integral_not_the_plain_mean():
+    # L = [0, 0, 1] on [0, 0.5, 1]: trapezoid 0.25, plain mean 1/3
+    assert barrier([0.0, 0.5, 1.0], [0.0, 0.0, 1.0]).mean_loss == pytest.approx(0.25, abs=1e-12)
+    # L = alpha^2 on 5 points: trapezoid 11/32 (exact integral 1/3, plain mean 0.375)
+    alphas = alpha_grid(5)
+    b = barrier(alphas, [a * a for a in alphas])
+    assert b.mean_loss == pytest.approx(11 / 32, abs=1e-12)
+
+
+def test_normalized_barrier_is_undefined_for_near_zero_endpoint_loss():
+    assert math.isnan(barrier([0.0, 0.5, 1.0], [1e-6, 0.14, 2e-6]).loss_normalized)
+    just = barrier([0.0, 0.5, 1.0], [1e-3, 0.5e-3, 1e-3])
+    assert just.loss_normalized == pytest.approx(0.0)  # at the threshold it is defined
+
+
+def test_alpha_grid_needs_an_interior_point():
+    assert alpha_grid(3) == [0.0, 0.5, 1.0]
+    with pytest.raises(ValueError, match="at least 3 points.*num_alphas >= 3"):
+        alpha_grid(2)
 
 
 def test_lerp_endpoints_and_midpoint():
