@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from torch import nn
 
+from lmc.interpolation.barrier import alpha_grid
 from lmc.interpolation.states import check_compatible
 from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
-from lmc.io import load_checkpoint, model_state_dict, save_net_checkpoint
+from lmc.io import load_endpoints, save_net_checkpoint
 from lmc.permutation.matchers import MATCHERS
 from lmc.tasks.base import (
     EvaluationTask,
@@ -29,12 +30,16 @@ class InterpolationTask(EvaluationTask):
     matches the models (``matcher``), evaluates every alpha on every split, optionally repairs
     each point (``reset_bn`` for BatchNorm nets, ``repair`` = REPAIR otherwise), logs per-alpha
     metrics, barriers, W&B plots and table, and writes ``interpolation.png`` and
-    ``summary.json`` into the run directory. For N > 2 checkpoints every pair is interpolated
-    and the uniform merges (naive and matched) are evaluated.
+    ``summary.json`` into the run directory. With ``mode: all_pairs`` (N > 2 checkpoints) every
+    pair is interpolated and the uniform merges (naive and matched) are evaluated.
 
     Args:
         net: the architecture of the checkpoints (class_path/init_args).
-        checkpoints: paths of 2 or more ``.ckpt`` files written by ``lmc fit``.
+        checkpoints: ``.ckpt`` files or run folders written by ``lmc fit`` (a folder means its
+            final checkpoint, ``checkpoints/last.ckpt``; see :func:`lmc.io.resolve_checkpoint`),
+            each a different model with finite weights.
+        mode: ``pair`` (exactly 2 checkpoints) or ``all_pairs`` (3 or more: every pair and the
+            merges), so a glob that matched more runs than meant is refused, not studied.
         matcher: a name registered in :data:`lmc.permutation.MATCHERS`: ``none``, ``weight``
             (accelerated weight matching; MergeMany for N > 2), ``activation``
             (cross-covariance) or ``correlation`` (002 Alg. 1).
@@ -57,6 +62,7 @@ class InterpolationTask(EvaluationTask):
         self,
         net: nn.Module,
         checkpoints: list[str],
+        mode: Literal["pair", "all_pairs"] = "pair",
         matcher: Matcher = "weight",
         repair: Repair = "none",
         num_alphas: int = 25,
@@ -70,14 +76,19 @@ class InterpolationTask(EvaluationTask):
         super().__init__()
         save_task_hparams(self, ignore=["net"])
         MATCHERS.check(matcher, "model.init_args.matcher")
-        if len(checkpoints) < 2:
+        alpha_grid(num_alphas)  # refuse a grid without interior points before any work
+        if mode == "all_pairs" and len(checkpoints) < 3:
             raise ValueError(
-                f"InterpolationTask needs at least 2 checkpoints, got {len(checkpoints)}: set "
-                "model.init_args.checkpoints to a list of .ckpt paths"
+                f"mode: all_pairs compares 3 or more checkpoints, got {len(checkpoints)}; use "
+                "mode: pair for two"
             )
         self.net = net
-        self.checkpoints = list(checkpoints)
-        self.states = [model_state_dict(load_checkpoint(p)) for p in self.checkpoints]
+        where = "model.init_args.checkpoints"
+        if mode == "pair":
+            where += " (mode: pair; set mode: all_pairs to study 3 or more)"
+        self.checkpoints, self.states = load_endpoints(
+            checkpoints, 2 if mode == "pair" else None, where
+        )
         check_compatible(
             [net.state_dict(), *self.states], ["model.init_args.net", *self.checkpoints]
         )

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from lmc.evaluation import has_batchnorm, reset_bn
 from lmc.interpolation.states import weighted_average
-from lmc.io import load_checkpoint, model_state_dict
+from lmc.io import load_endpoints
 from lmc.merging import (
     MERGE_METHODS,
     Baseline,
@@ -46,11 +46,12 @@ def load_models(
     num_models: Sequence[int] | None,
     reference: int,
     spec: SpecSource,
-) -> tuple[list[dict[str, Tensor]], list[int]]:
-    """Read the checkpoints (safely), check them against ``net`` (and against the permutation
-    spec when it is known without data) and validate the sweep.
+) -> tuple[list[str], list[dict[str, Tensor]], list[int]]:
+    """Read the checkpoints (files or run folders, safely; the same model twice and non-finite
+    weights refused), check them against ``net`` (and against the permutation spec when it is
+    known without data) and validate the sweep.
 
-    Returns the state dicts and the sorted numbers of models to merge.
+    Returns the checkpoint files, the state dicts and the sorted numbers of models to merge.
 
     Raises:
         ValueError: fewer than 2 checkpoints, an n outside ``[2, len(checkpoints)]``, a
@@ -73,9 +74,9 @@ def load_models(
             f"reference={reference} must index one of the first {ns[0]} checkpoints (the "
             "smallest merge of the sweep)"
         )
-    states = [model_state_dict(load_checkpoint(p)) for p in checkpoints]
-    check_models(net, states, spec.known, names=[str(p) for p in checkpoints])
-    return states, ns
+    files, states = load_endpoints(checkpoints, None, "model.init_args.checkpoints")
+    check_models(net, states, spec.known, names=files)
+    return files, states, ns
 
 
 class MergeReporter:
@@ -175,7 +176,8 @@ class MergeTask(EvaluationTask):
 
     Args:
         net: the architecture of the checkpoints (class_path/init_args).
-        checkpoints: paths of 2 or more ``.ckpt`` files of that architecture.
+        checkpoints: 2 or more ``.ckpt`` files or run folders (their final checkpoint) of that
+            architecture.
         num_models: the numbers of models n to merge (each the first n checkpoints); default
             all of them.
         methods: baselines to run.
@@ -213,11 +215,11 @@ class MergeTask(EvaluationTask):
         for m in methods or []:
             MERGE_METHODS.check(m, "model.init_args.methods")
         self.spec_source = SpecSource(spec, net)
-        self.states, self.num_models = load_models(
+        files, self.states, self.num_models = load_models(
             net, checkpoints, num_models, reference, self.spec_source
         )
         object.__setattr__(self, "_net", net)
-        self.checkpoints = list(checkpoints)
+        self.checkpoints = files
         self.methods = list(methods) if methods else ["naive", "wm_ref", "mergemany"]
         self.reference, self.wm_method, self.seed = reference, wm_method, seed
         self.reporter = MergeReporter(

@@ -57,7 +57,7 @@ class STEMMTask(L.LightningModule):
 
     Args:
         net: the architecture of the checkpoints (class_path/init_args).
-        checkpoints: 2 or more ``.ckpt`` paths of that architecture.
+        checkpoints: 2 or more ``.ckpt`` files or run folders of that architecture.
         num_models: the numbers of models n to merge (each the first n checkpoints); default
             all of them.
         optimizer: builds the optimizer from the proxies (default Adam, lr 1e-3).
@@ -104,10 +104,12 @@ class STEMMTask(L.LightningModule):
             MERGE_METHODS.check(b, "model.init_args.baselines")
         source = SpecSource(spec, net)
         self.spec = source.require(type(self).__name__)
-        states, self.num_models = load_models(net, checkpoints, num_models, reference, source)
+        files, states, self.num_models = load_models(
+            net, checkpoints, num_models, reference, source
+        )
         object.__setattr__(self, "_net", net)  # a template, not trained or checkpointed
         object.__setattr__(self, "_states", states)
-        self.checkpoints = list(checkpoints)
+        self.checkpoints = files
         self.bank = ModelBank(states[: self.num_models[-1]])
         self.searches = nn.ModuleDict(
             {

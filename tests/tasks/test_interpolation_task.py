@@ -153,3 +153,39 @@ def test_missing_and_corrupt_checkpoints(mnist_pair, tmp_path):
     bad.write_bytes(b"\x00" * 100)
     with pytest.raises(CheckpointError, match="bad.ckpt"):
         _validate(root, [ckpts[0], bad], tmp_path)
+
+
+def test_run_folders_are_accepted_and_a_glob_of_too_many_runs_is_refused(mnist_pair, tmp_path):
+    root, ckpts = mnist_pair
+    runs = [c.parent.parent for c in ckpts]
+    _validate(root, runs, tmp_path / "out", "--model.init_args.matcher=none")
+    [run] = run_dirs(tmp_path / "out")
+    summary = json.loads((run / "summary.json").read_text())["summary"]
+    assert summary["barrier_loss_naive"] > 0
+    with pytest.raises(ValueError, match=r"all_pairs to study 3 or more\): got 3 models but"):
+        _validate(root, [*runs, ckpts[0]], tmp_path / "three")
+    with pytest.raises(ValueError, match="same checkpoint"):
+        _validate(root, [runs[0], ckpts[0]], tmp_path / "dup")
+    assert not list((tmp_path / "three").rglob("summary.json"))
+
+
+@pytest.mark.parametrize("matcher", ["none", "weight"])
+def test_non_finite_weights_are_refused_before_work_naming_file_and_key(
+    mnist_pair, tmp_path, matcher
+):
+    from lmc.io import load_checkpoint, model_state_dict
+
+    root, ckpts = mnist_pair
+    state = model_state_dict(load_checkpoint(ckpts[0]))
+    state["layers.1.weight"][3, 4] = float("nan")
+    bad = tmp_path / "diverged.ckpt"
+    torch.save({"state_dict": {f"net.{k}": v for k, v in state.items()}}, bad)
+    with pytest.raises(CheckpointError, match=r"diverged.ckpt has non-finite weights in layers.1"):
+        _validate(root, [ckpts[1], bad], tmp_path / "out", f"--model.init_args.matcher={matcher}")
+    assert not list(tmp_path.rglob("summary.json"))
+
+
+def test_an_alpha_grid_without_interior_points_is_refused(mnist_pair, tmp_path):
+    root, ckpts = mnist_pair
+    with pytest.raises(ValueError, match="at least 3 points"):
+        _validate(root, ckpts, tmp_path / "out", "--model.init_args.num_alphas=2")
