@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="lmc_curves_"))
     common = [
         f"--model.init_args.checkpoints=[{ckpts[0]}, {ckpts[1]}]",
-        f"--model.init_args.splits=[{args.split}]",
-        f"--model.init_args.num_ts={args.num_ts}",
-        "--model.init_args.plane=none",
+        f"--model.init_args.evaluation.splits=[{args.split}]",
+        f"--model.init_args.evaluation.num_ts={args.num_ts}",
+        "--model.init_args.plane.kind=none",
         f"--data.init_args.limit_train={args.train_size}",
         f"--data.init_args.alignment_size={args.bn_size}",
         "--data.init_args.eval_batch_size=1000",
@@ -103,18 +103,19 @@ def main(argv: list[str] | None = None) -> None:
     ]
     fit = [f"--trainer.max_epochs={args.curve_epochs}"]
     runs = {
-        "linear": ("validate", CURVE, ["--model.init_args.alignment=none"]),
-        "unaligned": ("fit", CURVE, [*fit, "--model.init_args.alignment=none"]),
-        "aligned": ("fit", CURVE, [*fit, "--model.init_args.alignment=correlation"]),
+        "linear": ("validate", CURVE, ["--model.init_args.alignment.method=none"]),
+        "unaligned": ("fit", CURVE, [*fit, "--model.init_args.alignment.method=none"]),
+        "aligned": ("fit", CURVE, [*fit, "--model.init_args.alignment.method=correlation"]),
         "pam": (
             "fit",
             PAM,
             [
                 f"--trainer.max_epochs={args.perm_epochs + args.curve_epochs}",
-                f"--model.init_args.start={args.pam_start}",
-                f"--model.init_args.perm_epochs={args.perm_epochs}",
-                f"--model.init_args.curve_epochs={args.curve_epochs}",
-                f"--model.init_args.perm_lr={args.perm_lr}",
+                "--model.init_args.alignment.method="
+                + ("correlation" if args.pam_start == "aligned" else "none"),
+                f"--model.init_args.pam.perm_epochs={args.perm_epochs}",
+                f"--model.init_args.pam.curve_epochs={args.curve_epochs}",
+                f"--model.init_args.pam.perm_lr={args.perm_lr}",
             ],
         ),
     }

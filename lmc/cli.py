@@ -7,7 +7,9 @@ the run. ``lmc validate``/``test``/``predict`` take the same configs.
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,14 @@ class LMCCLI(LightningCLI):
             help="After `fit`, evaluate the final weights on the test split (reporting only).",
         )
 
+    def parse_arguments(self, parser: Any, args: Any) -> None:
+        # Name the new key of a config key that moved (e.g. grouped options) before jsonargparse
+        # rejects it as unknown without saying where it went.
+        message = moved_keys_error(sys.argv[1:] if args is None else args)
+        if message:
+            parser.error(message)
+        super().parse_arguments(parser, args)
+
     def _parse_ckpt_path(self) -> None:
         # Check --ckpt_path before Lightning reads hyper-parameters from it, so a missing, corrupt
         # or untrusted file fails fast with a clear message before any work starts.
@@ -75,18 +85,129 @@ class LMCCLI(LightningCLI):
             self.trainer.test(self.model, datamodule=self.datamodule, verbose=True)
 
 
+_SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+
+def moved_keys_error(args: Any) -> str | None:
+    """The error for ``model.init_args`` keys that the model class lists as moved, or ``None``.
+
+    A task declares ``moved_keys = {old: new}`` (paths under ``model.init_args``). ``args`` are
+    the raw CLI arguments (or a config mapping): ``-c``/``--config`` files and inline configs,
+    ``--model``, ``--model.class_path`` and ``--model.init_args.*`` are read. An old key that
+    is now the name of a group (``plane`` -> ``plane.kind``) counts only when given a plain
+    value rather than a mapping.
+    """
+    class_path, given = _raw_model_args(args)
+    moved = getattr(_model_class(class_path), "moved_keys", None) or {}
+    problems: list[str] = []
+    for key, value, where in given:
+        new = moved.get(key)
+        if new is None or (new.startswith(f"{key}.") and (value is None or _is_mapping(value))):
+            continue
+        problem = f"model.init_args.{key} moved to model.init_args.{new} (in {where})"
+        if problem not in problems:
+            problems.append(problem)
+    if not problems:
+        return None
+    return f"{class_path}: " + "; ".join(problems) + ". Update the config to the new keys."
+
+
+def _is_mapping(value: Any) -> bool:
+    return isinstance(value, Mapping)
+
+
+def _load(value: Any, base: Path | None = None) -> Any:
+    """A config file's content, or an inline YAML string parsed (``None`` if invalid YAML)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        for path in (base / value if base is not None else None, Path(value)):
+            if path is not None and path.is_file():
+                return yaml.safe_load(path.read_text())
+        return yaml.safe_load(value)
+    except (OSError, yaml.YAMLError):  # e.g. an inline config too long for a file name
+        return None
+
+
+def _raw_model_args(args: Any) -> tuple[str | None, list[tuple[str, Any, str]]]:
+    """The model's class path (last given) and every ``init_args`` key given, with its value
+    and where it was given."""
+    class_path: str | None = None
+    given: list[tuple[str, Any, str]] = []
+
+    def take_model(model: Any, where: str, base: Path | None = None) -> None:
+        nonlocal class_path
+        model = _load(model, base)
+        if isinstance(model, str):
+            class_path = model
+        elif _is_mapping(model):
+            class_path = model.get("class_path", class_path)
+            init = model.get("init_args")
+            given.extend((k, v, where) for k, v in (init.items() if _is_mapping(init) else ()))
+
+    def take_config(cfg: Any, where: str, base: Path | None = None) -> None:
+        for section in (cfg, *(cfg.get(sub) for sub in _SUBCOMMANDS)) if _is_mapping(cfg) else ():
+            if _is_mapping(section) and "model" in section:
+                take_model(section["model"], where, base)
+
+    if not isinstance(args, (list, tuple)):
+        take_config(args.as_dict() if hasattr(args, "as_dict") else args, "the config")
+        return class_path, given
+    items = [str(a) for a in args]
+    i = 0
+    while i < len(items):
+        name, eq, value = items[i].partition("=")
+        i += 1
+        if not name.startswith("-"):
+            continue
+        if not eq and i < len(items) and not items[i].startswith("--"):
+            value, i = items[i], i + 1
+        if name in ("-c", "--config"):
+            cfg = _load(value)
+            take_config(
+                cfg,
+                "an inline config" if value.lstrip().startswith("{") else value,
+                Path(value).parent,
+            )
+        elif name == "--model":
+            take_model(value, "--model")
+        elif name == "--model.class_path":
+            class_path = value
+        elif name == "--model.init_args":
+            take_model({"init_args": _load(value)}, "the command line")
+        elif name.startswith("--model."):
+            key, dot, _ = name.removeprefix("--model.").removeprefix("init_args.").partition(".")
+            given.append((key, {} if dot else _load(value), "the command line"))
+    return class_path, given
+
+
+def _model_class(class_path: str | None) -> type | None:
+    """The class named by ``class_path`` (a bare name is looked up in :mod:`lmc.tasks`)."""
+    if not class_path:
+        return None
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module or "lmc.tasks"), name, None)
+    except ImportError:
+        return None
+
+
 def _check_model_checkpoints(cfg: Any) -> None:
-    """Read every ``model.init_args.checkpoints`` entry now, so a missing, corrupt or untrusted
-    file, or endpoints of different architectures, stop the run before anything is built."""
+    """Read every ``model.init_args.checkpoints`` entry now (run folders resolved to their final
+    checkpoint), so a missing, corrupt or untrusted file, non-finite weights, or endpoints of
+    different architectures stop the run before anything is built."""
     init_args = getattr(cfg.get("model"), "init_args", None)
     paths = init_args.get("checkpoints") if init_args is not None else None
     if not paths:
         return
     from lmc.interpolation.states import check_compatible
-    from lmc.io import model_state_dict
+    from lmc.io import check_finite, model_state_dict, resolve_checkpoint
 
-    states = [model_state_dict(load_checkpoint(p, mmap=True)) for p in paths]  # shapes only
-    check_compatible(states, [str(p) for p in paths])
+    files = [resolve_checkpoint(p) for p in paths]  # run folders -> their final checkpoint
+    states = [model_state_dict(load_checkpoint(f, mmap=True)) for f in files]
+    for f, state in zip(files, states):
+        check_finite(state, str(f))
+    check_compatible(states, [str(f) for f in files])
 
 
 def _resolve_logger_dirs(cfg: Any) -> None:

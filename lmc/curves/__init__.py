@@ -9,7 +9,10 @@ Pure PyTorch/SciPy, no Lightning:
 * PAM pieces (002 App. E): :func:`project_doubly_stochastic`, :func:`round_to_permutation`,
   :func:`birkhoff_decomposition`, :func:`sample_permutations`, :func:`soft_permute`,
   :func:`round_pam`;
-* robustness (002 §5): :class:`PGD`, :func:`pgd_attack`, :func:`adversarial_batches`.
+* robustness (002 §5): :class:`PGD`, :func:`pgd_attack`, :func:`adversarial_batches`;
+* the tasks' option groups (:mod:`lmc.curves.options`): :class:`CurveOptions`,
+  :class:`AlignmentOptions`, :class:`CurveEvaluationOptions`, :class:`BatchNormOptions`,
+  :class:`PlaneOptions`, :class:`RobustOptions`, :class:`PAMOptions`.
 
 The LightningModules are :class:`lmc.tasks.CurveTask` and :class:`lmc.tasks.PAMTask`.
 """
@@ -34,6 +37,16 @@ from lmc.curves.evaluate import (
     summarize,
     t_grid,
 )
+from lmc.curves.options import (
+    AlignmentOptions,
+    BatchNormOptions,
+    CurveEvaluationOptions,
+    CurveOptions,
+    PAMOptions,
+    PlaneOptions,
+    RobustOptions,
+    as_options,
+)
 from lmc.curves.pam import (
     PAMRounding,
     pam_candidates,
@@ -46,13 +59,21 @@ from lmc.curves.plane import PlaneResult, plane_grid
 
 __all__ = [
     "PGD",
+    "AlignmentOptions",
+    "BatchNormOptions",
     "Curve",
     "CurveEvaluation",
+    "CurveEvaluationOptions",
     "CurveKind",
+    "CurveOptions",
+    "PAMOptions",
     "PAMRounding",
+    "PlaneOptions",
     "PlaneResult",
+    "RobustOptions",
     "adversarial_batches",
     "arc_length_weights",
+    "as_options",
     "as_pgd",
     "basis",
     "basis_derivative",

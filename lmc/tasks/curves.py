@@ -8,7 +8,8 @@ and evaluate the curve on a t grid with BatchNorm re-estimated per t.
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal
+from dataclasses import asdict, is_dataclass
+from typing import Any, ClassVar, Literal
 
 import lightning as L
 import torch
@@ -17,40 +18,40 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from lmc.curves.attack import PGD, as_pgd, data_normalization, pgd_attack
-from lmc.curves.basis import CurveKind
+from lmc.curves.attack import data_normalization, pgd_attack
 from lmc.curves.curve import Curve, forward_at
-from lmc.curves.evaluate import (
-    BNData,
-    BNMode,
-    CurveEvaluation,
-    evaluate_curve,
-    prepare_point_,
-    t_grid,
+from lmc.curves.evaluate import CurveEvaluation, evaluate_curve, prepare_point_, t_grid
+from lmc.curves.options import (
+    AlignmentOptions,
+    BatchNormOptions,
+    CurveEvaluationOptions,
+    CurveOptions,
+    PlaneOptions,
+    RobustOptions,
+    as_options,
 )
 from lmc.curves.plane import PlaneResult, plane_grid
 from lmc.interpolation.states import check_compatible
 from lmc.io import load_checkpoint, model_state_dict
 from lmc.optim import default_optimizer
-from lmc.tasks.base import Split, default_loss, save_task_hparams, split_batches
+from lmc.permutation import apply_permutation, match
+from lmc.permutation.spec import PermutationSpec
+from lmc.tasks.base import SpecSource, default_loss, save_task_hparams, split_batches
 from lmc.tasks.curve_report import log_curve
-
-Alignment = Literal["none", "correlation"]
-Plane = Literal["none", "alignment", "curve"]
 
 
 class CurveTask(L.LightningModule):
     """A Bezier curve (or polygonal chain) between two checkpoints, trained with ``lmc fit``.
 
     Endpoints are fixed; the control points start on the straight line (on the aligned line with
-    ``alignment: correlation``) and are trained with the configured optimizer, one ``t ~ U(0, 1)``
-    per batch and the L2 penalty ``weight_decay / 2 * |w(t)|^2`` on the point (Garipov et al.'s
-    recipe; set the optimizer's own weight decay to 0). Every validation epoch of ``fit`` logs
-    ``val/loss_mid`` and ``val/acc_mid`` of the midpoint (BatchNorm re-estimated). When training
-    ends (``evaluate_at_fit_end``) or under ``lmc validate`` (the untrained curve is the linear
-    path), the curve is evaluated on ``num_ts`` points with BatchNorm re-estimated at every t;
-    per-t metrics, min / mean / arc-length mean, W&B plots and table, ``curve.png``,
-    ``plane.png`` and ``summary.json`` go to the run directory.
+    ``alignment: {method: correlation}``) and are trained with the configured optimizer, one
+    ``t ~ U(0, 1)`` per batch and the L2 penalty ``curve.weight_decay / 2 * |w(t)|^2`` on the
+    point (Garipov et al.'s recipe; set the optimizer's own weight decay to 0). Every validation
+    epoch of ``fit`` logs ``val/loss_mid`` and ``val/acc_mid`` of the midpoint (BatchNorm
+    re-estimated). When training ends (``evaluation.at_fit_end``) or under ``lmc validate`` (the
+    untrained curve is the linear path), the curve is evaluated on ``evaluation.num_ts`` points
+    with BatchNorm re-estimated at every t; per-t metrics, min / mean / arc-length mean, W&B
+    plots and table, ``curve.png``, ``plane.png`` and ``summary.json`` go to the run directory.
 
     A checkpoint holds the whole curve (``curve.start``, ``curve.end`` - the aligned second
     endpoint -, ``curve.offsets``); ``net.*`` is only the scratch network. Extract a model on the
@@ -59,93 +60,89 @@ class CurveTask(L.LightningModule):
     Args:
         net: architecture of the checkpoints (class_path/init_args); used as a scratch network.
         checkpoints: the two endpoint ``.ckpt`` files.
-        order: curve order (2: quadratic Bezier, 002 eq. 7; 1: the straight line).
-        curve: ``bezier`` or ``polychain``.
-        alignment: ``none`` or ``correlation`` (002 Alg. 1 / App. D on the alignment subset).
+        curve: kind, order and L2 penalty of the curve (:class:`~lmc.curves.CurveOptions`).
+        alignment: matching of the second endpoint to the first before training
+            (:class:`~lmc.curves.AlignmentOptions`; ``None``: no alignment).
         optimizer: optimizer of the control points.
         lr_scheduler: optional LR scheduler; ``scheduler_interval`` ``epoch`` or ``step``.
-        weight_decay: coefficient of the L2 penalty on ``w(t)``.
-        num_ts: points of the evaluation grid (61 by default).
-        splits: evaluated splits; ``train`` is the alignment subset of train.
-        bn_mode: ``recompute`` BatchNorm statistics per t on the train subset (002 App. B) or
-            ``interpolate`` the endpoints' statistics.
-        bn_batches: batches of the alignment subset used for BatchNorm (``None``: all).
-        max_eval_batches: cap on cached batches per evaluated split.
-        align_batches: batches of the alignment subset used for alignment (``None``: all).
-        evaluate_at_fit_end: evaluate the curve when ``fit`` ends.
-        plane: also evaluate the plane through ``theta_1, theta_2, P theta_2`` (``alignment``,
-            002 Fig. 3) or through ``theta_1, theta_2`` and the control point (``curve``).
-        plane_size: grid points per plane axis.
-        plane_margin: relative padding around the models on the plane.
-        attack: PGD settings for robust curves (002 §5); ``None`` trains and evaluates clean.
-        adversarial_training: with ``attack``, train the curve on PGD examples at each ``w(t)``.
-        robust_splits: splits also evaluated under attack (default ``[test]``).
-        bn_data: BatchNorm statistics for robust evaluation from ``clean`` or ``adversarial``
-            train-subset batches.
-        pixel_space: attack in [0, 1] pixel space using the data module's mean/std.
-        seed: seed of alignment-free randomness (PAM sampling).
+        scheduler_interval: when ``lr_scheduler`` steps.
+        evaluation: the t grid and evaluated splits (:class:`~lmc.curves.CurveEvaluationOptions`).
+        batchnorm: BatchNorm statistics per t (:class:`~lmc.curves.BatchNormOptions`).
+        plane: the loss plane evaluated after the curve (:class:`~lmc.curves.PlaneOptions`).
+        robust: PGD for robust curves (:class:`~lmc.curves.RobustOptions`; 002 §5).
+        spec: where the permutation spec comes from: ``auto`` (a built-in network's hand-written
+            spec, else derived with ``torch.fx`` from the data), ``builtin``, ``derive`` or
+            ``package.module:function`` (:mod:`lmc.permutation.source`).
     """
+
+    # Flat keys before the options were grouped (old key -> new key under model.init_args);
+    # lmc.cli names the new key when a config still uses an old one.
+    moved_keys: ClassVar[dict[str, str]] = {
+        "order": "curve.order",
+        "curve": "curve.kind",
+        "weight_decay": "curve.weight_decay",
+        "alignment": "alignment.method",
+        "align_batches": "alignment.batches",
+        "num_ts": "evaluation.num_ts",
+        "splits": "evaluation.splits",
+        "max_eval_batches": "evaluation.max_batches",
+        "evaluate_at_fit_end": "evaluation.at_fit_end",
+        "robust_splits": "evaluation.robust_splits",
+        "bn_mode": "batchnorm.mode",
+        "bn_batches": "batchnorm.batches",
+        "bn_data": "batchnorm.data",
+        "plane": "plane.kind",
+        "plane_size": "plane.size",
+        "plane_margin": "plane.margin",
+        "attack": "robust.attack",
+        "adversarial_training": "robust.adversarial_training",
+        "pixel_space": "robust.pixel_space",
+    }
 
     def __init__(
         self,
         net: nn.Module,
         checkpoints: list[str],
-        order: int = 2,
-        curve: CurveKind = "bezier",
-        alignment: Alignment = "none",
+        curve: CurveOptions | None = None,
+        alignment: AlignmentOptions | None = None,
         optimizer: OptimizerCallable = default_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
         scheduler_interval: Literal["epoch", "step"] = "epoch",
-        weight_decay: float = 0.0,
-        num_ts: int = 61,
-        splits: list[Split] | None = None,
-        bn_mode: BNMode = "recompute",
-        bn_batches: int | None = None,
-        max_eval_batches: int | None = None,
-        align_batches: int | None = None,
-        evaluate_at_fit_end: bool = True,
-        plane: Plane = "none",
-        plane_size: int = 11,
-        plane_margin: float = 0.2,
-        attack: PGD | None = None,
-        adversarial_training: bool = True,
-        robust_splits: list[Split] | None = None,
-        bn_data: BNData = "clean",
-        pixel_space: bool = True,
-        seed: int = 0,
+        evaluation: CurveEvaluationOptions | None = None,
+        batchnorm: BatchNormOptions | None = None,
+        plane: PlaneOptions | None = None,
+        robust: RobustOptions | None = None,
+        spec: str = "auto",
     ) -> None:
         super().__init__()
         save_task_hparams(self, ignore=["net", "optimizer", "lr_scheduler"])
+        _plain_hparams(self)
         if len(checkpoints) != 2:
             raise ValueError(
                 f"{type(self).__name__} connects exactly 2 checkpoints, got {len(checkpoints)}: "
                 "set model.init_args.checkpoints to [first.ckpt, second.ckpt]"
             )
-        if alignment not in ("none", "correlation"):
-            raise ValueError(f"alignment must be 'none' or 'correlation', got {alignment!r}")
+        self.curve_opts = as_options(CurveOptions, curve)
+        self.align_opts = as_options(AlignmentOptions, alignment, AlignmentOptions("none"))
+        self.eval_opts = as_options(CurveEvaluationOptions, evaluation)
+        self.bn_opts = as_options(BatchNormOptions, batchnorm)
+        self.plane_opts = as_options(PlaneOptions, plane)
+        self.robust_opts = as_options(RobustOptions, robust)
         self.net = net.requires_grad_(False)
+        self.spec = SpecSource(spec, net)
         self.checkpoints = list(checkpoints)
         self.states = [model_state_dict(load_checkpoint(p)) for p in self.checkpoints]
         check_compatible(
             [net.state_dict(), *self.states], ["model.init_args.net", *self.checkpoints]
         )
-        self.curve = Curve.from_module(net, self.states[0], self.states[1], order, curve)
-        self.register_buffer("aligned", torch.tensor(alignment == "none"))
-        self.alignment = alignment
+        c = self.curve_opts
+        self.curve = Curve.from_module(net, self.states[0], self.states[1], c.order, c.kind)
+        self.register_buffer("aligned", torch.tensor(self.align_opts.method == "none"))
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
         self.scheduler_interval = scheduler_interval
-        self.weight_decay, self.num_ts = weight_decay, num_ts
-        self.splits = list(splits) if splits else ["train", "test"]
-        self.bn_mode, self.bn_batches = bn_mode, bn_batches
-        self.max_eval_batches, self.align_batches = max_eval_batches, align_batches
-        self.evaluate_at_fit_end = evaluate_at_fit_end
-        self.plane, self.plane_size, self.plane_margin = plane, plane_size, plane_margin
-        self.attack = as_pgd(attack)
-        self.adversarial_training = adversarial_training
-        self.robust_splits = list(robust_splits) if robust_splits else ["test"]
-        self.bn_data, self.pixel_space, self.seed = bn_data, pixel_space, seed
+        self.attack = self.robust_opts.attack
         self.align_info: dict[str, float] = {}
-        self.evaluation: CurveEvaluation | None = None
+        self.result: CurveEvaluation | None = None
         self.plane_result: PlaneResult | None = None
         self._bn_cache: list | None = None
 
@@ -158,35 +155,34 @@ class CurveTask(L.LightningModule):
         return split_batches(self._dm, ["train"], max_batches, self.device)["train"]
 
     def _normalization(self) -> tuple[Any, Any]:
-        return data_normalization(self._dm) if self.pixel_space else (None, None)
+        return data_normalization(self._dm) if self.robust_opts.pixel_space else (None, None)
 
-    def _spec(self) -> Any:
-        from lmc.permutation import spec_for
-
-        return spec_for(self.net)
+    def _spec(self) -> PermutationSpec:
+        """The permutation spec (``spec``), derived from the data module's inputs if needed."""
+        dm = self._trainer.datamodule if self._trainer is not None else None
+        return self.spec.resolve(dm, self.device)
 
     # alignment ---------------------------------------------------------------------------
+    def _correlation_perm(self, batches: list) -> tuple[dict[str, Tensor], dict[str, float]]:
+        """The ``correlation`` matcher's permutation of ``theta_2`` to ``theta_1`` on ``batches``
+        (002 Alg. 1) and its mean matched correlation before and after."""
+        with torch.inference_mode(False):
+            result = match("correlation", self.net, self.states, self._spec(), batches=batches)
+        return result.perms[1], result.info
+
     def _ensure_aligned(self) -> None:
         """Correlation-align ``theta_2`` to ``theta_1`` once (kept in the checkpoint)."""
         if bool(self.aligned):
             return
-        from lmc.permutation import apply_permutation, correlation_alignment
-
-        spec = self._spec()
-        model_a, model_b = copy.deepcopy(self.net), copy.deepcopy(self.net)
-        model_a.load_state_dict(self.states[0])
-        model_b.load_state_dict(self.states[1])
         with torch.inference_mode(False):
-            result = correlation_alignment(
-                model_a, model_b, self._train_subset(self.align_batches), spec
-            )
-        self.align_perm = result.perm
-        self.curve.set_end_(apply_permutation(self.states[1], spec, result.perm))
+            batches = self._train_subset(self.align_opts.batches)
+        perm, info = self._correlation_perm(batches)
+        self.align_perm = perm
+        self.curve.set_end_(apply_permutation(self.states[1], self._spec(), perm))
         self.aligned.fill_(True)
-        n = len(result.similarity)
         self.align_info = {
-            "align_corr_before": sum(result.similarity_before.values()) / n,
-            "align_corr_after": sum(result.similarity.values()) / n,
+            "align_corr_before": info["similarity_before"],
+            "align_corr_after": info["similarity_after"],
         }
         rank_zero_info(
             f"correlation alignment: mean matched correlation {self.align_info['align_corr_before']:.3f}"
@@ -208,18 +204,15 @@ class CurveTask(L.LightningModule):
         penalty; returns ``(loss, penalty, logits)``."""
         flat = self.curve.point_flat(t, **point_kw)
         params = self.curve.unflatten(flat)
-        if self.attack is not None and self.adversarial_training:
+        if self.attack is not None and self.robust_opts.adversarial_training:
             fixed = {k: v.detach() for k, v in params.items()}
             x = pgd_attack(
                 lambda z: forward_at(self.net, fixed, z), x, y, self.attack, *self._normalization()
             )
         out = forward_at(self.net, params, x)
         loss = nn.functional.cross_entropy(out, y)
-        penalty = (
-            0.5 * self.weight_decay * flat.square().sum()
-            if self.weight_decay
-            else flat.new_zeros(())
-        )
+        wd = self.curve_opts.weight_decay
+        penalty = 0.5 * wd * flat.square().sum() if wd else flat.new_zeros(())
         return loss, penalty, out
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
@@ -254,8 +247,8 @@ class CurveTask(L.LightningModule):
     def on_validation_epoch_start(self) -> None:
         if self._fitting():
             if self._bn_cache is None:
-                self._bn_cache = self._train_subset(self.bn_batches)
-            prepare_point_(self.net, self.curve, 0.5, self._bn_cache, self.bn_mode)
+                self._bn_cache = self._train_subset(self.bn_opts.batches)
+            prepare_point_(self.net, self.curve, 0.5, self._bn_cache, self.bn_opts.mode)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         if not self._fitting():
@@ -271,7 +264,7 @@ class CurveTask(L.LightningModule):
         self.evaluate_and_report()
 
     def on_train_end(self) -> None:
-        if self.evaluate_at_fit_end:
+        if self.eval_opts.at_fit_end:
             self.evaluate_and_report()
 
     def summary_extra(self) -> dict[str, Any]:
@@ -284,30 +277,29 @@ class CurveTask(L.LightningModule):
             self._evaluate_and_report()
 
     def _evaluate_and_report(self) -> None:
-        dm = self._dm
-        splits = split_batches(dm, self.splits, self.max_eval_batches, self.device)
-        bn = self._train_subset(self.bn_batches)
+        dm, ev = self._dm, self.eval_opts
+        splits = split_batches(dm, ev.splits, ev.max_batches, self.device)
+        bn = self._train_subset(self.bn_opts.batches)
         mean, std = self._normalization()
-        scratch = self.net
-        self.evaluation = evaluate_curve(
-            scratch,
+        self.result = evaluate_curve(
+            self.net,
             self.curve,
-            t_grid(self.num_ts),
+            t_grid(ev.num_ts),
             splits,
             bn,
-            self.bn_mode,
+            self.bn_opts.mode,
             default_loss(dm),
             self.attack,
-            [s for s in self.robust_splits if s in splits],
-            self.bn_data,
+            [s for s in ev.robust_splits if s in splits],
+            self.bn_opts.data,
             mean,
             std,
         )
-        if self.plane != "none":
+        if self.plane_opts.kind != "none":
             self.plane_result = self._plane(splits, bn)
-        out = log_curve(self.trainer, self.evaluation, self.plane_result, self.summary_extra())
-        s = self.evaluation.summary
-        last = self.splits[-1]
+        out = log_curve(self.trainer, self.result, self.plane_result, self.summary_extra())
+        s = self.result.summary
+        last = ev.splits[-1]
         rank_zero_info(
             f"\nCurve ({last}): acc min {s.get(f'{last}/acc_min', float('nan')):.4f}, "
             f"mean {s.get(f'{last}/acc_mean', float('nan')):.4f}, arc-length mean "
@@ -316,26 +308,19 @@ class CurveTask(L.LightningModule):
         )
 
     def _plane(self, splits: dict, bn: list) -> PlaneResult:
-        curve = self.curve
+        curve, opts = self.curve, self.plane_opts
         start, end = curve.endpoint(0), curve.endpoint(1)
-        if self.plane == "curve":
+        names = ("theta_1", "theta_2", "P theta_2")
+        if opts.kind == "curve":
             points = curve.control_points()
             a, b = end, curve.unflatten(points[len(points) // 2])
             names = ("theta_1", "theta_2", "control")
-        elif self.alignment == "none":  # the plane of 002 Fig. 3 needs P theta_2: align now
-            from lmc.permutation import apply_permutation, correlation_alignment
-
-            spec = self._spec()
-            model_a, model_b = copy.deepcopy(self.net), copy.deepcopy(self.net)
-            model_a.load_state_dict(self.states[0])
-            model_b.load_state_dict(self.states[1])
-            perm = correlation_alignment(model_a, model_b, bn, spec).perm
-            a, b = end, apply_permutation(self.states[1], spec, perm)
-            names = ("theta_1", "theta_2", "P theta_2")
+        elif self.align_opts.method == "none":  # the plane of 002 Fig. 3 needs P theta_2
+            perm, _ = self._correlation_perm(bn)
+            a, b = end, apply_permutation(self.states[1], self._spec(), perm)
         else:
             a, b = self.states[1], end
-            names = ("theta_1", "theta_2", "P theta_2")
-        last = self.splits[-1]
+        last = self.eval_opts.splits[-1]
         return plane_grid(
             copy.deepcopy(self.net),
             start,
@@ -343,9 +328,17 @@ class CurveTask(L.LightningModule):
             b,
             {last: splits[last]},
             bn,
-            self.plane_size,
-            self.plane_margin,
+            opts.size,
+            opts.margin,
             default_loss(self._dm),
             names,
             {"curve": [curve.point_flat(t).detach() for t in t_grid(21)]},
         )
+
+
+def _plain_hparams(module: L.LightningModule) -> None:
+    """Store option groups given as dataclasses as plain mappings, so a hand-built task's
+    checkpoint loads with ``weights_only=True`` (the CLI already stores mappings)."""
+    for key, value in list(module.hparams.items()):
+        if is_dataclass(value) and not isinstance(value, type):
+            module.hparams[key] = asdict(value)

@@ -2,29 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import fields
+from typing import Any, ClassVar
 
 import torch
-from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from lmc.curves.attack import PGD
-from lmc.curves.basis import CurveKind
-from lmc.curves.birkhoff import Projection, project_doubly_stochastic
-from lmc.curves.evaluate import BNData, BNMode, curve_objective, t_grid
+from lmc.curves.birkhoff import project_doubly_stochastic
+from lmc.curves.evaluate import curve_objective, t_grid
+from lmc.curves.options import AlignmentOptions, PAMOptions, as_options
 from lmc.curves.pam import permutation_matrices, proximal_penalty, round_pam, soft_permute
-from lmc.optim import default_optimizer
 from lmc.permutation import apply_permutation, identity_permutation
-from lmc.tasks.base import Split
-from lmc.tasks.curves import CurveTask, Plane
+from lmc.permutation.source import needs_example
+from lmc.permutation.spec import PermutationSpec
+from lmc.tasks.curves import CurveTask
 
 
 class PAMTask(CurveTask):
     """Proximal Alternating Minimization of curve and permutation under ``lmc fit``.
 
-    Training runs ``outer_iterations`` cycles of ``perm_epochs`` epochs of the permutation
-    subproblem followed by ``curve_epochs`` epochs of the curve subproblem (set
+    Training runs ``pam.outer_iterations`` cycles of ``pam.perm_epochs`` epochs of the
+    permutation subproblem followed by ``pam.curve_epochs`` epochs of the curve subproblem (set
     ``trainer.max_epochs`` to ``outer_iterations * (perm_epochs + curve_epochs)``; later epochs
     keep training the curve). Manual optimization:
 
@@ -40,102 +39,54 @@ class PAMTask(CurveTask):
       offset ``theta_c - (theta_1 + P theta_2) / 2`` (E.1), plus ``prox_curve * |offset -
       offset^k|^2``.
 
-    ``start: aligned`` begins from correlation alignment ("PAM Aligned"), ``unaligned`` from the
-    identity ("PAM Unaligned"). ``summary.json`` gets ``pam_objective_start`` and
-    ``pam_objective_end`` (the objective on the fixed selection batches and ts) and the
-    rounding history. Other arguments are those of :class:`CurveTask`.
+    ``alignment: {method: correlation}`` (the default) begins from correlation alignment
+    ("PAM Aligned"), ``{method: none}`` from the identity ("PAM Unaligned"). ``summary.json``
+    gets ``pam_objective_start`` and ``pam_objective_end`` (the objective on the fixed selection
+    batches and ts) and the rounding history. A spec derived with ``torch.fx`` (``spec: derive``,
+    or ``auto`` for a network without a hand-written spec) sizes the permutation matrices in
+    :meth:`setup`, from the data module's inputs.
+
+    Args:
+        net: architecture of the checkpoints, as in :class:`CurveTask`.
+        checkpoints: the two endpoint ``.ckpt`` files.
+        pam: the PAM schedule, relaxation and rounding (:class:`~lmc.curves.PAMOptions`).
+        alignment: the start: ``{method: correlation}`` (``None``, the default) or
+            ``{method: none}``, and the batches it uses (:class:`~lmc.curves.AlignmentOptions`).
+        **kwargs: the other arguments of :class:`CurveTask`, passed through unchanged: ``curve``,
+            ``optimizer``, ``lr_scheduler`` (stepped once per curve epoch), ``evaluation``,
+            ``batchnorm``, ``plane``, ``robust`` and ``spec``.
     """
+
+    moved_keys: ClassVar[dict[str, str]] = {
+        **CurveTask.moved_keys,
+        "start": "alignment.method (start: aligned is method: correlation, unaligned is none)",
+        **{f.name: f"pam.{f.name}" for f in fields(PAMOptions)},
+    }
 
     def __init__(
         self,
         net: nn.Module,
         checkpoints: list[str],
-        start: Literal["unaligned", "aligned"] = "aligned",
-        order: int = 2,
-        curve: CurveKind = "bezier",
-        optimizer: OptimizerCallable = default_optimizer,
-        lr_scheduler: LRSchedulerCallable | None = None,
-        weight_decay: float = 0.0,
-        outer_iterations: int = 1,
-        perm_epochs: int = 20,
-        curve_epochs: int = 250,
-        perm_lr: float = 0.01,
-        projection_iters: int = 20,
-        projection: Projection = "alternating",
-        bvn_terms: int = 10,
-        bvn_samples: int = 32,
-        prox_perm: float = 0.0,
-        prox_curve: float = 0.0,
-        select_batches: int = 4,
-        select_ts: int = 5,
-        num_ts: int = 61,
-        splits: list[Split] | None = None,
-        bn_mode: BNMode = "recompute",
-        bn_batches: int | None = None,
-        max_eval_batches: int | None = None,
-        align_batches: int | None = None,
-        evaluate_at_fit_end: bool = True,
-        plane: Plane = "none",
-        plane_size: int = 11,
-        plane_margin: float = 0.2,
-        attack: PGD | None = None,
-        adversarial_training: bool = True,
-        robust_splits: list[Split] | None = None,
-        bn_data: BNData = "clean",
-        pixel_space: bool = True,
-        seed: int = 0,
+        pam: PAMOptions | None = None,
+        alignment: AlignmentOptions | None = None,
+        **kwargs: Any,
     ) -> None:
-        if start not in ("unaligned", "aligned"):
-            raise ValueError(f"start must be 'unaligned' or 'aligned', got {start!r}")
-        if outer_iterations < 1 or perm_epochs < 0 or curve_epochs < 0:
-            raise ValueError("need outer_iterations >= 1, perm_epochs >= 0 and curve_epochs >= 0")
+        # The other groups go through **kwargs unchanged: jsonargparse reads their names and
+        # types from CurveTask's signature (all but scheduler_interval, fixed here).
         super().__init__(
             net,
             checkpoints,
-            order,
-            curve,
-            "correlation" if start == "aligned" else "none",
-            optimizer,
-            lr_scheduler,
-            "epoch",
-            weight_decay,
-            num_ts,
-            splits,
-            bn_mode,
-            bn_batches,
-            max_eval_batches,
-            align_batches,
-            evaluate_at_fit_end,
-            plane,
-            plane_size,
-            plane_margin,
-            attack,
-            adversarial_training,
-            robust_splits,
-            bn_data,
-            pixel_space,
-            seed,
+            alignment=as_options(AlignmentOptions, alignment, AlignmentOptions("correlation")),
+            scheduler_interval="epoch",
+            **kwargs,
         )
         self.automatic_optimization = False
-        self.start = start
-        self.outer_iterations, self.perm_epochs, self.curve_epochs = (
-            outer_iterations,
-            perm_epochs,
-            curve_epochs,
-        )
-        self.perm_lr, self.projection_iters, self.projection = perm_lr, projection_iters, projection
-        self.bvn_terms, self.bvn_samples = bvn_terms, bvn_samples
-        self.prox_perm, self.prox_curve = prox_perm, prox_curve
-        self.select_batches, self.select_ts = select_batches, select_ts
-        spec = self._spec()
-        self.groups = sorted(spec.sizes(self.states[1]))
-        sizes = spec.sizes(self.states[1])
-        ident = identity_permutation({g: sizes[g] for g in self.groups})
-        self.mats = nn.ParameterList(
-            [nn.Parameter(m) for m in permutation_matrices(ident).values()]
-        )
-        for i, g in enumerate(self.groups):
-            self.register_buffer(f"perm_{i}", ident[g].clone())
+        self.pam_opts = as_options(PAMOptions, pam)
+        self.start = "aligned" if self.align_opts.method == "correlation" else "unaligned"
+        self.groups: list[str] = []
+        self.mats = nn.ParameterList()
+        if not needs_example(self.spec.source, net):
+            self._size_permutations(self._spec())
         self.register_buffer("pam_started", torch.tensor(False))
         self.register_buffer("anchor", torch.zeros_like(self.curve.offsets))
         self._pending_round = False
@@ -143,6 +94,30 @@ class PAMTask(CurveTask):
         self.objective_start = float("nan")
         self.objective_end = float("nan")
         self._select: list | None = None
+
+    def _size_permutations(self, spec: PermutationSpec | dict[str, int]) -> None:
+        """One identity permutation buffer and one matrix ``D_l`` per group of ``spec`` (or of a
+        ``group -> size`` mapping)."""
+        sizes = spec if isinstance(spec, dict) else spec.sizes(self.states[1])
+        self.groups = sorted(sizes)
+        ident = identity_permutation({g: sizes[g] for g in self.groups})
+        for m in permutation_matrices(ident).values():
+            self.mats.append(nn.Parameter(m))
+        for i, g in enumerate(self.groups):
+            self.register_buffer(f"perm_{i}", ident[g].clone())
+
+    def setup(self, stage: str) -> None:
+        if not self.groups:  # a derived spec: now the data module can give an example input
+            self._size_permutations(self._spec())
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["pam_groups"] = list(self.groups)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if not self.groups and "pam_groups" in checkpoint:  # derived spec, no data module yet
+            state = checkpoint["state_dict"]
+            names = checkpoint["pam_groups"]
+            self._size_permutations({g: state[f"perm_{i}"].numel() for i, g in enumerate(names)})
 
     # state ---------------------------------------------------------------------------------
     def current_perm(self) -> dict[str, Tensor]:
@@ -158,16 +133,16 @@ class PAMTask(CurveTask):
             self.curve.set_end_(apply_permutation(self.states[1], self._spec(), perm))
 
     def _phase(self, epoch: int) -> tuple[int, str]:
-        cycle = self.perm_epochs + self.curve_epochs
-        k, r = divmod(epoch, max(cycle, 1))
-        if k >= self.outer_iterations:
-            return self.outer_iterations, "curve"
-        return k, "perm" if r < self.perm_epochs else "curve"
+        o = self.pam_opts
+        k, r = divmod(epoch, max(o.perm_epochs + o.curve_epochs, 1))
+        if k >= o.outer_iterations:
+            return o.outer_iterations, "curve"
+        return k, "perm" if r < o.perm_epochs else "curve"
 
     def _selection(self) -> tuple[list, list[float]]:
         if self._select is None:
-            self._select = self._train_subset(self.select_batches)
-        ts = t_grid(self.select_ts + 2)[1:-1]
+            self._select = self._train_subset(self.pam_opts.select_batches)
+        ts = t_grid(self.pam_opts.select_ts + 2)[1:-1]
         return self._select, ts
 
     def objective(self, end: Tensor | None = None) -> float:
@@ -187,13 +162,12 @@ class PAMTask(CurveTask):
             self._set_perm({g: p.clone() for g, p in perm.items()})
             self.pam_started.fill_(True)
         self._theta2 = {k: self.states[1][k].to(self.device) for k in self.curve.names}
-        self._spec_cache = self._spec()
         with torch.inference_mode(False):
             self.objective_start = self.objective()
         rank_zero_info(f"PAM ({self.start} start): objective {self.objective_start:.4f}")
 
     def configure_optimizers(self) -> Any:
-        perm_opt = torch.optim.SGD(list(self.mats), lr=self.perm_lr)
+        perm_opt = torch.optim.SGD(list(self.mats), lr=self.pam_opts.perm_lr)
         curve_opt = self.optimizer(self.curve.parameters())
         if self.lr_scheduler is None:
             return [perm_opt, curve_opt]
@@ -201,11 +175,12 @@ class PAMTask(CurveTask):
 
     def _soft_end(self) -> Tensor:
         mats = dict(zip(self.groups, self.mats))
-        permuted = soft_permute(self._theta2, self._spec_cache, mats, self.curve.names)
+        permuted = soft_permute(self._theta2, self._spec(), mats, self.curve.names)
         return torch.cat([permuted[n].reshape(-1) for n in self.curve.names])
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
         perm_opt, curve_opt = self.optimizers()
+        o = self.pam_opts
         x, y = batch[0], batch[1]
         t = float(torch.rand(()))
         _, phase = self._phase(self.current_epoch)
@@ -215,9 +190,9 @@ class PAMTask(CurveTask):
                 x, y, t, end=self._soft_end(), offsets=self.curve.offsets.detach()
             )
             total = loss + penalty
-            if self.prox_perm:
+            if o.prox_perm:
                 prev = permutation_matrices(self.current_perm())
-                total = total + self.prox_perm * proximal_penalty(
+                total = total + o.prox_perm * proximal_penalty(
                     dict(zip(self.groups, self.mats)), prev
                 )
             perm_opt.zero_grad()
@@ -225,14 +200,14 @@ class PAMTask(CurveTask):
             perm_opt.step()
             with torch.no_grad():
                 for d in self.mats:
-                    d.copy_(project_doubly_stochastic(d, self.projection_iters, self.projection))
+                    d.copy_(project_doubly_stochastic(d, o.projection_iters, o.projection))
         else:
             if self._pending_round:
                 self.round_permutation()
             loss, penalty, out = self.curve_loss(x, y, t)
             total = loss + penalty
-            if self.prox_curve:
-                total = total + self.prox_curve * (self.curve.offsets - self.anchor).square().sum()
+            if o.prox_curve:
+                total = total + o.prox_curve * (self.curve.offsets - self.anchor).square().sum()
             curve_opt.zero_grad()
             self.manual_backward(total)
             curve_opt.step()
@@ -260,9 +235,10 @@ class PAMTask(CurveTask):
 
     def round_permutation(self) -> None:
         """Round the relaxed permutation and move the curve's second endpoint (E.4)."""
-        spec = self._spec_cache.restrict(self.curve.names)
+        o = self.pam_opts
+        spec = self._spec().restrict(self.curve.names)
         prev = {g: p.clone() for g, p in self.current_perm().items()}
-        generator = torch.Generator().manual_seed(self.seed + len(self.rounds))
+        generator = torch.Generator().manual_seed(o.seed + len(self.rounds))
 
         def score(perm: dict[str, Tensor]) -> float:
             end = self.curve.flatten(apply_permutation(self._theta2, spec, perm))
@@ -271,7 +247,7 @@ class PAMTask(CurveTask):
         with torch.inference_mode(False), torch.no_grad():
             mats = {g: d.detach().cpu() for g, d in zip(self.groups, self.mats)}
             prev_cpu = {g: p.cpu() for g, p in prev.items()}
-            result = round_pam(mats, prev_cpu, score, self.bvn_samples, self.bvn_terms, generator)
+            result = round_pam(mats, prev_cpu, score, o.bvn_samples, o.bvn_terms, generator)
             perm = {g: p.to(self.device) for g, p in result.perm.items()}
             self._set_perm(perm)
             self.anchor.copy_(self.curve.offsets.detach())

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from jsonargparse import ArgumentParser
 
+from lmc.cli import build_cli, moved_keys_error
+from lmc.curves import CurveEvaluationOptions
 from lmc.data import write_fake_cifar10, write_fake_mnist
+from lmc.tasks import CurveTask, PAMTask
 from tests.helpers import (
     CONFIGS,
     checkpoints,
@@ -118,27 +124,35 @@ def _overlay(config: Path, out: Path, data: Path, ckpts: list[Path]) -> list[str
         "--trainer.enable_model_summary=false",
         "--trainer.accelerator=cpu",
         "--trainer.callbacks=[]",
-        "--model.init_args.num_ts=3",
+        "--model.init_args.evaluation.num_ts=3",
     ]
     init = load_yaml(config)["model"]["init_args"]
     args.append(f"--model.init_args.net.init_args.width={SMALL[init['net']['class_path']]}")
     if init["net"]["class_path"] == "lmc.models.ResNet":
         args.append("--model.init_args.net.init_args.depth=8")
-    if init.get("plane", "none") != "none":
-        args.append("--model.init_args.plane_size=2")
-    if init.get("attack"):
-        args.append("--model.init_args.attack.steps=1")
-    if "perm_epochs" in init:  # PAM: one permutation epoch, one curve epoch
+    if _plane(init) != "none":
+        args.append("--model.init_args.plane.size=2")
+    if _attack(init):
+        args.append("--model.init_args.robust.attack.steps=1")
+    if "pam" in init:  # PAM: one permutation epoch, one curve epoch
         args += [
-            "--model.init_args.perm_epochs=1",
-            "--model.init_args.curve_epochs=1",
+            "--model.init_args.pam.perm_epochs=1",
+            "--model.init_args.pam.curve_epochs=1",
             "--trainer.max_epochs=2",
-            "--model.init_args.bvn_samples=4",
-            "--model.init_args.select_batches=1",
+            "--model.init_args.pam.bvn_samples=4",
+            "--model.init_args.pam.select_batches=1",
         ]
     else:
         args.append("--trainer.max_epochs=1")
     return args
+
+
+def _plane(init: dict) -> str:
+    return (init.get("plane") or {}).get("kind", "none")
+
+
+def _attack(init: dict) -> dict | None:
+    return (init.get("robust") or {}).get("attack")
 
 
 def _summary(run: Path) -> dict:
@@ -165,11 +179,11 @@ def test_every_curve_config_fits_and_evaluates(config, tmp_path, fake_data, endp
     for key in ("test/acc_min", "test/acc_mean", "test/acc_arc_mean", "train/loss_max"):
         assert isinstance(summary[key], float)
     assert (run / "curve.png").exists() and checkpoints(run)
-    if cfg["model"]["init_args"].get("attack"):
+    if _attack(cfg["model"]["init_args"]):
         assert isinstance(summary["test/robust_acc_min"], float)
-    if cfg["model"]["init_args"].get("plane", "none") != "none":
+    if _plane(cfg["model"]["init_args"]) != "none":
         assert (run / "plane.png").exists()
-    if "perm_epochs" in cfg["model"]["init_args"]:
+    if "pam" in cfg["model"]["init_args"]:
         assert len(summary["pam_rounds"]) == 1
     header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"train/loss_epoch", "curve/test/acc", "curve/test/acc_min"} <= set(header)
@@ -243,11 +257,11 @@ def test_pam_final_objective_is_no_worse_than_the_start(tmp_path, fake_data, end
         CSV,
         f"--trainer.logger.init_args.save_dir={tmp_path}",
         *_overlay(config, tmp_path, fake_data, endpoints(config)),
-        "--model.init_args.curve_epochs=3",
+        "--model.init_args.pam.curve_epochs=3",
         "--trainer.max_epochs=4",
         "--trainer.limit_train_batches=4",
-        "--model.init_args.perm_lr=0.05",
-        "--model.init_args.start=unaligned",
+        "--model.init_args.pam.perm_lr=0.05",
+        "--model.init_args.alignment.method=none",
     )
     summary = _summary(run_dirs(tmp_path)[0])
     [rounding] = summary["pam_rounds"]
@@ -270,8 +284,114 @@ def test_validate_without_checkpoint_evaluates_the_aligned_line(tmp_path, fake_d
         CSV,
         f"--trainer.logger.init_args.save_dir={tmp_path}",
         *_overlay(FMNIST, tmp_path, fake_data, endpoints(FMNIST)),
-        "--model.init_args.plane=none",
+        "--model.init_args.plane.kind=none",
     )
     summary = _summary(run_dirs(tmp_path)[0])
     assert summary["align_corr_after"] > summary["align_corr_before"]
     assert summary["test/acc_min"] <= min(summary["test/acc_start"], summary["test/acc_end"])
+
+
+# grouped options (issue #12) ------------------------------------------------------------------
+def _moved_error(capsys, *args: str) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(*args)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_old_flat_key_in_a_yaml_file_names_its_new_key(tmp_path, capsys):
+    old = load_yaml(FMNIST)
+    init = old["model"]["init_args"]
+    init["bn_mode"] = init.pop("batchnorm")["mode"]
+    init["plane"] = init["plane"]["kind"]  # a group's name given a plain value, as before
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(old))
+    err = _moved_error(capsys, "fit", "-c", str(path))
+    assert "model.init_args.bn_mode moved to model.init_args.batchnorm.mode" in err
+    assert "model.init_args.plane moved to model.init_args.plane.kind" in err
+    assert str(path) in err
+
+
+def test_old_flat_key_on_the_command_line_names_its_new_key(capsys):
+    err = _moved_error(capsys, "fit", "-c", str(FMNIST), "--model.init_args.num_ts=3")
+    assert "model.init_args.num_ts moved to model.init_args.evaluation.num_ts" in err
+    err = _moved_error(capsys, "fit", "-c", str(FMNIST_PAM), "--model.init_args.start", "unaligned")
+    assert "model.init_args.start moved to model.init_args.alignment.method" in err
+
+
+def test_moved_keys_check_reads_only_the_model_class_and_its_keys():
+    new = ["fit", "-c", str(FMNIST), "--model.init_args.plane.size=3"]
+    assert moved_keys_error(new) is None
+    assert moved_keys_error([*new, "--model.init_args.plane=null"]) is None
+    # InterpolationTask has its own num_alphas/splits: nothing of CurveTask's table applies
+    assert (
+        moved_keys_error(["--model=lmc.tasks.InterpolationTask", "--model.splits=[test]"]) is None
+    )
+    err = moved_keys_error(
+        {"fit": {"model": {"class_path": "PAMTask", "init_args": {"perm_epochs": 2}}}}
+    )
+    assert "model.init_args.perm_epochs moved to model.init_args.pam.perm_epochs" in err
+
+
+def _config_keys(task: type) -> set[str]:
+    """The init arguments LightningCLI reads for ``task`` (``**kwargs`` resolved)."""
+    parser = ArgumentParser()
+    parser.add_class_arguments(task, "model", fail_untyped=False)
+    return set(parser.get_defaults().model.as_dict())
+
+
+def test_constructors_take_at_most_twelve_arguments():
+    for task in (CurveTask, PAMTask):
+        params = list(inspect.signature(task.__init__).parameters)[1:]
+        assert len(params) <= 12, (task.__name__, params)
+        assert len(_config_keys(task)) <= 12
+
+
+def test_pam_reuses_the_curve_groups_and_sizes_a_derived_spec_in_setup(
+    tmp_path, fake_data, endpoints
+):
+    # PAM passes CurveTask's groups through (**kwargs) and adds only its own group
+    assert _config_keys(PAMTask) == _config_keys(CurveTask) - {"scheduler_interval"} | {"pam"}
+    # built from YAML: the evaluation group sets PAM's t grid; spec: derive needs the data
+    overlay = [
+        a
+        for a in _overlay(FMNIST_PAM, tmp_path, fake_data, endpoints(FMNIST_PAM))
+        if "num_ts" not in a
+    ]
+    evaluation = tmp_path / "evaluation.yaml"
+    evaluation.write_text(yaml.safe_dump({"model": {"init_args": {"evaluation": {"num_ts": 4}}}}))
+    cli = build_cli(
+        [
+            "fit",
+            "-c",
+            str(FMNIST_PAM),
+            "-c",
+            CSV,
+            "-c",
+            str(evaluation),
+            *overlay,
+            f"--trainer.logger.init_args.save_dir={tmp_path}",
+            "--model.init_args.spec=derive",
+        ]
+    )
+    task = cli.model
+    assert isinstance(task.eval_opts, CurveEvaluationOptions) and len(task.result.ts) == 4
+    assert task.groups and len(task.mats) == len(task.groups)
+    # a checkpoint of a derived-spec PAM loads without a data module
+    [ckpt] = checkpoints(run_dirs(tmp_path)[0])
+    loaded = PAMTask.load_from_checkpoint(ckpt)
+    assert loaded.groups == task.groups
+    for g, p in task.current_perm().items():
+        assert torch.equal(loaded.current_perm()[g], p)
+
+
+def test_spec_source_and_hand_built_groups(endpoints):
+    net, ckpts = _net(FMNIST), [str(p) for p in endpoints(FMNIST)]
+    with pytest.raises(ValueError, match="model.init_args.spec"):
+        CurveTask(net, ckpts, spec="no-such-source")
+    task = CurveTask(net, ckpts, evaluation=CurveEvaluationOptions(num_ts=5), spec="builtin")
+    assert task.eval_opts.num_ts == 5 and task.hparams["evaluation"]["num_ts"] == 5
+    assert task.bn_opts.mode == "recompute" and task.align_opts.method == "none"
+    pam = PAMTask(net, ckpts, evaluation={"num_ts": 7})  # a group passed through as a mapping
+    assert pam.align_opts.method == "correlation"  # "PAM Aligned" by default
+    assert pam.eval_opts.num_ts == 7 and pam.hparams["evaluation"]["num_ts"] == 7
