@@ -2,13 +2,14 @@
 
 Every data module offers ``train/val/test/predict_dataloader`` plus ``alignment_dataloader``
 (a fixed, un-augmented subset of train for matching and BatchNorm re-estimation) and a
-``task`` of ``"classification"`` or ``"regression"``. The ``write_fake_*`` functions write tiny
-seeded datasets in torchvision's on-disk formats for tests.
+``task`` of ``"classification"`` or ``"regression"``. Vision data is read through
+``torchvision.datasets`` and augmented with ``torchvision.transforms.v2`` ops. The
+``write_fake_*`` functions write tiny seeded datasets in torchvision's on-disk formats for tests.
 """
 
 from lmc.data.base import BaseDataModule
 from lmc.data.fake import write_fake_cifar10, write_fake_cifar100, write_fake_mnist
-from lmc.data.formats import DatasetNotFoundError
+from lmc.data.formats import DatasetCorruptError, DatasetNotFoundError
 from lmc.data.memory import BatchAugment, InMemoryImageDataset
 from lmc.data.synthetic import (
     PolynomialDataModule,
@@ -28,6 +29,7 @@ __all__ = [
     "BatchAugment",
     "CIFAR10DataModule",
     "CIFAR100DataModule",
+    "DatasetCorruptError",
     "DatasetNotFoundError",
     "FashionMNISTDataModule",
     "InMemoryImageDataset",

@@ -1,5 +1,8 @@
 """Tiny, seeded fake datasets written in torchvision's exact on-disk formats.
 
+The files are what ``torchvision.datasets.MNIST`` / ``FashionMNIST`` / ``CIFAR10`` / ``CIFAR100``
+read (names and folders from those classes); only their md5 sums differ from the originals.
+
 Used by the tests to run every shipped config for a step without the real data. Labels cover
 every class when there are enough images (classes repeat round-robin, then get shuffled), and
 each class has its own random pixel template plus noise, so a model can learn them and a smoke
@@ -22,8 +25,9 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+from torchvision import datasets
 
-from lmc.data.formats import CIFAR10, CIFAR100, MNIST_FILES, CifarSpec
+from lmc.data.formats import MNIST_FILES, CifarSpec
 
 CIFAR10_CLASSES = [
     "airplane",
@@ -118,23 +122,24 @@ def _write_cifar(
     root.mkdir(parents=True, exist_ok=True)
     num_classes = len(names)
     tx, ty, sx, sy = fake_images(n_train, n_test, num_classes, (3, 32, 32), seed)
+    label_key = "fine_labels" if issubclass(spec, datasets.CIFAR100) else "labels"
     with tempfile.TemporaryDirectory(dir=root, prefix=".fake-") as tmp:
-        folder = Path(tmp) / spec.folder
+        folder = Path(tmp) / spec.base_folder
         folder.mkdir()
-        splits = [(spec.train, tx, ty), (spec.test, sx, sy)]
+        splits = [(spec.train_list, tx, ty), (spec.test_list, sx, sy)]
         for files, images, labels in splits:
             chunks = np.array_split(np.arange(len(images)), len(files))
             for (fname, _), idx in zip(files, chunks):
                 batch = {
                     "batch_label": f"fake {fname}",
                     "data": images[idx].reshape(len(idx), -1),
-                    spec.label_key: labels[idx].tolist(),
+                    label_key: labels[idx].tolist(),
                     "filenames": [f"fake_{i:05d}.png" for i in idx],
                 }
-                if spec.label_key == "fine_labels":
+                if label_key == "fine_labels":
                     batch["coarse_labels"] = (labels[idx] // 5).tolist()
                 _pickle(folder / fname, batch)
-        if spec.label_key == "fine_labels":
+        if label_key == "fine_labels":
             meta = {
                 "fine_label_names": names,
                 "coarse_label_names": [f"super_{i}" for i in range(20)],
@@ -145,13 +150,13 @@ def _write_cifar(
                 "num_cases_per_batch": max(1, n_train // 5),
                 "num_vis": 3072,
             }
-        _pickle(folder / spec.meta[0], meta)
+        _pickle(folder / spec.meta["filename"], meta)
         if archive:
-            target = root / spec.archive
+            target = root / spec.filename
             with tarfile.open(target, "w:gz") as tar:
-                tar.add(folder, arcname=spec.folder)
+                tar.add(folder, arcname=spec.base_folder)
         else:
-            target = root / spec.folder
+            target = root / spec.base_folder
             if target.exists():
                 shutil.rmtree(target)
             folder.rename(target)
@@ -164,7 +169,7 @@ def write_fake_cifar10(
     """Write a fake CIFAR-10 in the python-pickle layout (``data_batch_1..5``, ``test_batch``,
     ``batches.meta``): the folder ``<root>/cifar-10-batches-py/``, or with ``archive=True`` only
     ``<root>/cifar-10-python.tar.gz`` holding that folder. Returns the folder or archive path."""
-    return _write_cifar(root, CIFAR10, CIFAR10_CLASSES, n_train, n_test, archive, seed)
+    return _write_cifar(root, datasets.CIFAR10, CIFAR10_CLASSES, n_train, n_test, archive, seed)
 
 
 def write_fake_cifar100(
@@ -174,7 +179,7 @@ def write_fake_cifar100(
     ``<root>/cifar-100-python/``, or with ``archive=True`` only ``<root>/cifar-100-python.tar.gz``.
     Returns the folder or archive path."""
     names = [f"class_{i:03d}" for i in range(100)]
-    return _write_cifar(root, CIFAR100, names, n_train, n_test, archive, seed)
+    return _write_cifar(root, datasets.CIFAR100, names, n_train, n_test, archive, seed)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,7 +1,8 @@
 """Image-classification data modules: MNIST, Fashion-MNIST, CIFAR-10, CIFAR-100 (SPEC C1).
 
-Each data module reads torchvision's on-disk layout offline (see :mod:`lmc.data.formats`),
-keeps the whole dataset in memory as uint8 and carves, with its own ``seed``:
+Each data module reads its files offline through ``torchvision.datasets`` (``download=False``;
+see :mod:`lmc.data.formats`), keeps the whole dataset in memory as uint8 and carves, with its own
+``seed``:
 
 - a validation split out of the training set (checkpoints are never selected on test),
 - the training split (the rest, optionally capped by ``limit_train``),
@@ -22,17 +23,10 @@ from typing import ClassVar
 
 import torch
 from torch import Tensor
+from torchvision import datasets
 
 from lmc.data.base import BaseDataModule, seeded_generator
-from lmc.data.formats import (
-    CIFAR10,
-    CIFAR100,
-    CifarSpec,
-    load_cifar,
-    load_mnist,
-    prepare_cifar,
-    prepare_mnist,
-)
+from lmc.data.formats import CifarSpec, load_cifar, load_mnist, prepare_cifar, prepare_mnist
 from lmc.data.memory import BatchAugment, InMemoryImageDataset
 
 DATA_DIR_ENV = "LMC_DATA_DIR"
@@ -100,8 +94,8 @@ class VisionDataModule(BaseDataModule):
         num_workers: ``DataLoader`` worker processes.
         seed: seed of the train/val/alignment split, independent of the training seed
             (``seed_everything`` sets the data order and augmentation instead).
-        verify_checksums: check files against the original distribution's md5 sums in
-            ``prepare_data`` (off by default so tiny fake datasets load).
+        verify_checksums: check files against the original distribution's md5 sums (torchvision's
+            lists) in ``prepare_data`` (off by default so tiny fake datasets load).
     """
 
     dataset_name: ClassVar[str]
@@ -219,7 +213,10 @@ class FashionMNISTDataModule(_MNISTFormat):
 
 
 class _CIFARFormat(VisionDataModule):
-    """Reads the python-pickle CIFAR distribution, extracted or as the ``.tar.gz`` archive."""
+    """Reads the python-pickle CIFAR distribution, extracted or as the ``.tar.gz`` archive.
+
+    ``spec`` is the torchvision class that reads it (its file lists and md5 sums too).
+    """
 
     spec: ClassVar[CifarSpec]
     in_channels = 3
@@ -242,7 +239,7 @@ class CIFAR10DataModule(_CIFARFormat):
     """
 
     dataset_name = "CIFAR-10"
-    spec = CIFAR10
+    spec = datasets.CIFAR10
     num_classes = 10
     mean = (0.4914, 0.4822, 0.4465)
     std = (0.2470, 0.2435, 0.2616)
@@ -257,7 +254,7 @@ class CIFAR100DataModule(_CIFARFormat):
     """
 
     dataset_name = "CIFAR-100"
-    spec = CIFAR100
+    spec = datasets.CIFAR100
     num_classes = 100
     mean = (0.5071, 0.4865, 0.4409)
     std = (0.2673, 0.2564, 0.2762)

@@ -7,8 +7,10 @@ import lightning as L
 import pytest
 import torch
 from torch.utils.data import DataLoader
+from torchvision.transforms.v2 import functional as TF
 
 from lmc.data import BatchAugment, CIFAR10DataModule, CIFAR100DataModule, MNISTDataModule
+from lmc.data.memory import rotate_per_sample
 from lmc.data.vision import split_indices
 
 
@@ -137,3 +139,47 @@ def test_batch_augment_crop_flip_and_rotation_known_answers():
     assert torch.equal(BatchAugment(rotate=1e-6)(x), x)  # (nearly) zero angle is the identity
     assert BatchAugment(rotate=30)(x).shape == x.shape
     assert not BatchAugment().active
+
+
+def test_augmentation_is_drawn_per_sample_from_torchs_rng():
+    torch.manual_seed(0)
+    img = torch.randint(1, 256, (3, 10, 10), dtype=torch.uint8)  # no zeros: padding shows
+    batch = img.expand(64, -1, -1, -1)  # 64 identical images
+    aug = BatchAugment(crop_padding=4, flip=True)
+    torch.manual_seed(1)
+    out = aug(batch)
+    padded = torch.nn.functional.pad(img, (4, 4, 4, 4))
+    crops = [padded[:, r : r + 10, c : c + 10] for r in range(9) for c in range(9)]
+    outcomes = crops + [c.flip(-1) for c in crops]  # the 81 padded crops and their flips
+    hits = [next((k for k, o in enumerate(outcomes) if torch.equal(x, o)), None) for x in out]
+    assert None not in hits  # every output is one crop of the padded input, maybe flipped
+    assert len(set(hits)) > 30  # one draw per sample, not one for the whole batch
+    assert any(h < 81 for h in hits) and any(h >= 81 for h in hits)
+    torch.manual_seed(1)
+    assert torch.equal(aug(batch.float()), out.float())  # same draws from the same seed
+
+
+@pytest.mark.parametrize("shape", [(3, 32, 32), (1, 28, 28), (3, 12, 20)])
+def test_batched_rotation_equals_torchvisions_rotate_per_image(shape):
+    torch.manual_seed(0)
+    x = torch.randint(1, 256, (24, *shape), dtype=torch.uint8)
+    angles = torch.empty(24).uniform_(-40, 40)
+    expected = torch.stack(
+        [TF.rotate(img, a, TF.InterpolationMode.NEAREST) for img, a in zip(x, angles.tolist())]
+    )
+    assert torch.equal(rotate_per_sample(x, angles), expected)
+    assert torch.equal(rotate_per_sample(x.float(), angles), expected.float())
+
+
+def test_rotation_is_drawn_per_sample_with_nearest_zero_fill():
+    img = torch.randint(1, 256, (1, 3, 12, 12), dtype=torch.uint8)
+    out = BatchAugment(rotate=40)(img.expand(32, -1, -1, -1))
+    assert len({tuple(x.flatten().tolist()) for x in out}) > 20
+    assert set(out.unique().tolist()) <= set(img.unique().tolist()) | {0}  # nearest, black fill
+    assert (out == 0).any()
+
+
+def test_training_batch_of_one_image_gets_independent_augmentations(fake_root):
+    dm = CIFAR10DataModule(str(fake_root), val_size=8, alignment_size=4)
+    x, y = dm.train_dataset.batch([0] * 32)
+    assert len({tuple(v.flatten().tolist()) for v in x}) > 10 and len(set(y.tolist())) == 1
