@@ -15,25 +15,53 @@ from typing import Any
 
 import lightning as L
 import yaml
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
 
-from lmc.io import load_checkpoint
+from lmc.io import atomic_write, load_checkpoint
+from lmc.tasks.resume import (
+    AtomicCheckpointIO,
+    RandomStateCheckpoint,
+    continue_run,
+    resumable_runs,
+    run_of_config,
+    same_experiment,
+)
 from lmc.tasks.rundir import run_dir
 
 
+def _unpin_logger_dirs(text: str) -> str:
+    """The dumped config with the loggers' ``save_dir`` that the CLI derived from the trainer's
+    ``default_root_dir`` set back to ``null``, so a rerun from the saved config follows its own
+    ``--trainer.default_root_dir``."""
+    cfg = yaml.safe_load(text)
+    trainer = cfg.get("trainer") or {}
+    root = str(Path(trainer.get("default_root_dir") or "runs"))
+    loggers = trainer.get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        init = logger.get("init_args") if isinstance(logger, dict) else None
+        if isinstance(init, dict) and init.get("save_dir") == root:
+            init["save_dir"] = None
+        if isinstance(init, dict) and init.get("id") is not None and init.get("resume"):
+            init["id"] = init["resume"] = None  # never write into the resumed run again
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
 class RunConfigSaver(SaveConfigCallback):
-    """Save ``config.yaml`` into the run's own directory (also with W&B, which shares save_dir)."""
+    """Save ``config.yaml`` into the run's own directory (also with W&B, which shares save_dir),
+    atomically, and never over an existing one (a resumed run keeps its config)."""
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.already_saved:
             return
         path = run_dir(trainer) / self.config_filename
-        if trainer.is_global_zero:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.parser.save(self.config, str(path), skip_none=False, overwrite=True)
+        if trainer.is_global_zero and not path.exists():  # a resumed run keeps its config
+            text = self.parser.dump(self.config, skip_none=False)
+            atomic_write(path, lambda f: f.write(_unpin_logger_dirs(text)), mode="w")
             self.save_config(trainer, pl_module, stage)
-            self.already_saved = True
+        self.already_saved = True
         self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -53,6 +81,13 @@ class LMCCLI(LightningCLI):
             default=False,
             help="After `fit`, evaluate the final weights on the test split (reporting only).",
         )
+        parser.add_argument(
+            "--fresh_if_nothing_to_resume",
+            type=bool,
+            default=False,
+            help="With `--ckpt_path last`: start a new run when there is no run to resume "
+            "(otherwise that is an error).",
+        )
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
         # Name the new key of a config key that moved (e.g. grouped options) before jsonargparse
@@ -67,9 +102,56 @@ class LMCCLI(LightningCLI):
         # or untrusted file fails fast with a clear message before any work starts.
         sub = self.config.get("subcommand")
         ckpt = self.config[sub].get("ckpt_path") if sub else None
+        if sub == "fit" and ckpt and (ckpt == "last" or Path(ckpt).is_dir()):
+            ckpt = self.config[sub].ckpt_path = self._resume_checkpoint(self.config[sub], ckpt)
         if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
             load_checkpoint(ckpt, mmap=True)
         super()._parse_ckpt_path()
+
+    def _resume_checkpoint(self, cfg: Any, ckpt: str) -> str | None:
+        """``last`` or a run folder -> the run's ``last.ckpt``, with the loggers pointed at that
+        run (same folder, same W&B run); ``None`` to start fresh when asked to."""
+        if ckpt != "last":
+            run = Path(ckpt)
+            return str(continue_run(cfg, run.parent if run.name == "checkpoints" else run))
+        run = run_of_config([str(p) for p in cfg.get("config") or []])
+        root = _logger_root(cfg)
+        if run is None:
+            current = yaml.safe_load(self._parser("fit").dump(cfg, skip_none=False))
+            for candidate in resumable_runs(root):
+                saved = yaml.safe_load((candidate / "config.yaml").read_text())
+                if same_experiment(saved, current):
+                    run = candidate
+                    break
+        if run is not None:
+            return str(continue_run(cfg, run))
+        if cfg.get("fresh_if_nothing_to_resume"):
+            return None
+        raise FileNotFoundError(
+            f"--ckpt_path last: no run to resume under {root} (a run folder with "
+            "checkpoints/last.ckpt and the same model, data and seed). Start fresh without "
+            "--ckpt_path (or add --fresh_if_nothing_to_resume true), resume a run explicitly with "
+            "--config <run>/config.yaml --ckpt_path last, or give --ckpt_path <run folder or file>"
+        )
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> L.Trainer:
+        # Every fit saves last.ckpt (what --ckpt_path last resumes), atomically, with the random
+        # state inside (RandomStateCheckpoint), so a resumed run continues exactly.
+        given = [*(config.get("callbacks") or []), *callbacks]
+        checkpoints = [c for c in given if isinstance(c, ModelCheckpoint)]
+        if config.get("enable_checkpointing", True) is not False:
+            if not checkpoints:
+                callbacks = [*callbacks, ModelCheckpoint(save_last=True)]
+            for c in checkpoints:
+                c.save_last = True if c.save_last is None else c.save_last
+        callbacks = [*callbacks, RandomStateCheckpoint()]
+        plugins = config.get("plugins")
+        plugins = (
+            [] if plugins is None else list(plugins) if isinstance(plugins, list) else [plugins]
+        )
+        if not any(isinstance(p, CheckpointIO) for p in plugins):
+            config["plugins"] = [*plugins, AtomicCheckpointIO()]
+        return super()._instantiate_trainer(config, callbacks)
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
@@ -210,8 +292,21 @@ def _check_model_checkpoints(cfg: Any) -> None:
     check_compatible(states, [str(f) for f in files])
 
 
+def _logger_root(cfg: Any) -> Path:
+    """Where the runs of ``cfg`` land: its first logger's ``save_dir``, else the trainer's
+    ``default_root_dir``, else ``runs``."""
+    trainer = cfg.get("trainer")
+    loggers = trainer.get("logger") if trainer is not None else None
+    first = loggers[0] if isinstance(loggers, list) and loggers else loggers
+    init = getattr(first, "init_args", None)
+    if init is not None and init.get("save_dir"):
+        return Path(init.save_dir)
+    return Path((trainer.get("default_root_dir") if trainer is not None else None) or "runs")
+
+
 def _resolve_logger_dirs(cfg: Any) -> None:
-    """Give W&B loggers without ``save_dir`` the trainer's ``default_root_dir`` (else ``runs``)."""
+    """Give every logger without ``save_dir`` the trainer's ``default_root_dir`` (else
+    ``runs``); the saved config keeps ``null`` there, so reruns follow their own root."""
     trainer = cfg.get("trainer")
     if trainer is None:
         return

@@ -166,7 +166,8 @@ def load_endpoints(
     paths: Sequence[str | Path], expected: int | None = None, what: str = "checkpoints"
 ) -> tuple[list[str], list[dict[str, Tensor]]]:
     """Read the models a task compares: run folders resolved (:func:`resolve_checkpoint`),
-    each file read safely, the same file twice refused, non-finite weights refused.
+    each file read safely; the same file twice, identical weights under two names and
+    non-finite weights are refused.
 
     Args:
         paths: ``.ckpt`` files or run folders.
@@ -191,9 +192,16 @@ def load_endpoints(
                 "merge of a model with itself says nothing - give distinct models"
             )
         seen[key] = str(given)
-    states = []
-    for f in files:
+    states: list[dict[str, Tensor]] = []
+    for given, f in zip(paths, files):
         state = model_state_dict(load_checkpoint(f))
         check_finite(state, str(f))
+        for other, prev in zip(paths, states):
+            if prev.keys() == state.keys() and all(torch.equal(prev[k], state[k]) for k in state):
+                raise ValueError(
+                    f"{what}: {given} and {other} hold identical weights (the same checkpoint "
+                    "under two names, e.g. a run's last.ckpt and its epoch file); a barrier or "
+                    "merge of a model with itself says nothing - give distinct models"
+                )
         states.append(state)
     return [str(f) for f in files], states

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from lightning.pytorch.loggers import CSVLogger as _LightningCSVLogger
 from lightning.pytorch.loggers import WandbLogger as _LightningWandbLogger
 
 
@@ -49,3 +50,11 @@ class WandbLogger(_LightningWandbLogger):
             group=group,
             **kwargs,
         )
+
+
+class CSVLogger(_LightningCSVLogger):
+    """Lightning's ``CSVLogger`` whose ``save_dir`` may be left out: ``lmc``'s CLI then sets it to
+    ``trainer.default_root_dir``, as for :class:`WandbLogger` (``runs`` outside the CLI)."""
+
+    def __init__(self, save_dir: str | None = None, name: str | None = "lmc", **kwargs: Any):
+        super().__init__(save_dir if save_dir is not None else "runs", name=name, **kwargs)

@@ -30,7 +30,9 @@ def run_dirs(root: Path) -> list[Path]:
 
 
 def checkpoints(run: Path) -> list[Path]:
-    return sorted((run / "checkpoints").glob("*.ckpt"))
+    """The run's epoch checkpoints (``last.ckpt``, the copy ``--ckpt_path last`` resumes from,
+    left out)."""
+    return sorted(p for p in (run / "checkpoints").glob("*.ckpt") if p.name != "last.ckpt")
 
 
 def wandb_run_dirs(root: Path) -> list[Path]:

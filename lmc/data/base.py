@@ -7,14 +7,44 @@ on first use, so the loaders work with or without ``setup`` (e.g. from a noteboo
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from typing import ClassVar
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from lmc.data.memory import collate
+
+
+def data_order_seed() -> int:
+    """The seed of the training data order: ``seed_everything``'s (``PL_GLOBAL_SEED``), else
+    torch's initial seed."""
+    return int(os.environ.get("PL_GLOBAL_SEED", torch.initial_seed())) % 2**32
+
+
+class EpochShuffle(Sampler[int]):
+    """A random order of ``range(n)`` that depends only on ``seed`` and the epoch.
+
+    Lightning calls :meth:`set_epoch` before every epoch, so the order of epoch ``e`` is the
+    same in a run that was never interrupted and in one resumed from a checkpoint, whatever the
+    global random state (this is what makes ``--ckpt_path last`` exact).
+    """
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n, self.seed, self.epoch = n, int(seed), 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        g = seeded_generator(self.seed, stream=1_000 + self.epoch)
+        yield from torch.randperm(self.n, generator=g).tolist()
+
+    def __len__(self) -> int:
+        return self.n
 
 
 class BaseDataModule(L.LightningDataModule, ABC):
@@ -92,17 +122,21 @@ class BaseDataModule(L.LightningDataModule, ABC):
         return self._test
 
     def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
+        seed = data_order_seed()
         return DataLoader(
             dataset,
             batch_size=batch_size,
-            shuffle=shuffle,
+            sampler=EpochShuffle(len(dataset), seed) if shuffle else None,  # type: ignore[arg-type]
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             collate_fn=collate,
+            # the loader's own seed draws (worker seeds) leave the global random state alone
+            generator=seeded_generator(seed, stream=999),
         )
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled training batches; the order follows torch's global RNG (``seed_everything``)."""
+        """Shuffled training batches: epoch ``e`` in the order :class:`EpochShuffle` draws from
+        ``seed_everything`` and ``e`` (augmentation draws from torch's global RNG)."""
         return self._loader(self.train_dataset, self.batch_size, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:

@@ -104,3 +104,41 @@ def resumable_runs(root: Path) -> list[Path]:
         key=lambda p: (p / "checkpoints" / "last.ckpt").stat().st_mtime,
         reverse=True,
     )
+
+
+def _section(cfg: Any, key: str) -> Any:
+    value = cfg.get(key) if hasattr(cfg, "get") else None
+    return value.as_dict() if hasattr(value, "as_dict") else value
+
+
+def same_experiment(saved: dict[str, Any], current: dict[str, Any]) -> bool:
+    """Whether a run's saved config is the experiment ``current`` describes (model, data and
+    seed; trainer and logger settings may differ)."""
+    return all(saved.get(k) == current.get(k) for k in ("model", "data", "seed_everything"))
+
+
+def continue_run(cfg: Any, run: Path) -> Path:
+    """Point ``cfg``'s loggers at ``run`` (same folder, same W&B run) and return the checkpoint
+    to resume from, ``run/checkpoints/last.ckpt``.
+
+    Raises:
+        FileNotFoundError: the run has no ``last.ckpt``.
+    """
+    last = run / "checkpoints" / "last.ckpt"
+    if not last.is_file():
+        raise FileNotFoundError(
+            f"--ckpt_path: {run} has no checkpoints/last.ckpt to resume from (runs save it at "
+            "every epoch end); give one of its checkpoints as --ckpt_path FILE instead"
+        )
+    trainer = cfg.get("trainer")
+    loggers = trainer.get("logger") if trainer is not None else None
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        init = getattr(logger, "init_args", None)
+        if init is None:
+            continue
+        init.save_dir = str(run.parent.parent)
+        if "WandbLogger" in str(getattr(logger, "class_path", "")):
+            init.id, init.resume = run.name, "allow"
+        else:  # CSV / TensorBoard: <save_dir>/<name>/<version>
+            init.name, init.version = run.parent.name, run.name
+    return last

@@ -1,0 +1,116 @@
+"""`lmc fit --ckpt_path last` resumes a crashed run exactly, in the same run folder; outputs land
+where `--trainer.default_root_dir` says, also in reruns from a saved config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lmc.data import write_fake_cifar10, write_fake_mnist
+from tests.crash import Crash
+from tests.helpers import CONFIGS, run_cli, run_dirs
+
+MLP = str(CONFIGS / "mnist" / "mlp.yaml")
+
+
+AUGMENTED = [  # fake CIFAR-10 with crop, flip and rotation: augmentation draws random numbers
+    "--data=lmc.data.CIFAR10DataModule",
+    "--data.init_args.augment=true",
+    "--data.init_args.rotate=15",
+    "--model.init_args.net.init_args.in_features=3072",
+]
+
+
+def _fit(data: Path, root: Path, *extra: str) -> None:
+    run_cli(
+        "fit",
+        "-c",
+        MLP,
+        "--model.init_args.net.init_args.width=16",
+        "--seed_everything=3",
+        "--trainer.max_epochs=3",
+        "--trainer.enable_progress_bar=false",
+        f"--trainer.default_root_dir={root}",
+        f"--data.init_args.data_dir={data}",
+        "--data.init_args.val_size=32",
+        "--data.init_args.alignment_size=32",
+        "--data.init_args.batch_size=16",
+        "--trainer.logger.init_args.offline=true",
+        *extra,
+    )
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("resume") / "data"
+    write_fake_mnist(root, "MNIST", n_train=160, n_test=32)
+    write_fake_cifar10(root, n_train=160, n_test=32)
+    return root
+
+
+def _final(run: Path) -> dict:
+    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+
+
+@pytest.mark.parametrize("setup", [[], AUGMENTED], ids=["mnist", "cifar-augmented"])
+def test_a_crashed_run_resumed_from_last_equals_the_uninterrupted_run(data, tmp_path, setup):
+    _fit(data, tmp_path / "straight", *setup)
+    [straight] = run_dirs(tmp_path / "straight")
+    crash = ["--trainer.callbacks+=tests.crash.CrashAt", "--trainer.callbacks.epoch=1"]
+    with pytest.raises(Crash):
+        _fit(data, tmp_path / "crashed", *setup, *crash)
+    [crashed] = run_dirs(tmp_path / "crashed")
+    assert _final(crashed)["epoch"] == 0  # only the end of epoch 0 was saved
+    _fit(data, tmp_path / "crashed", *setup, "--ckpt_path=last")  # found by its config
+    assert run_dirs(tmp_path / "crashed") == [crashed]  # continued in the same run folder
+    a, b = _final(straight), _final(crashed)
+    assert a["epoch"] == b["epoch"] == 2 and a["global_step"] == b["global_step"]
+    for k, v in a["state_dict"].items():
+        assert torch.equal(v, b["state_dict"][k]), k
+    for sa, sb in zip(
+        a["optimizer_states"][0]["state"].values(), b["optimizer_states"][0]["state"].values()
+    ):
+        assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_last_with_nothing_to_resume_is_an_error_unless_asked_to_start_fresh(data, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no run to resume under"):
+        _fit(data, tmp_path / "empty", "--ckpt_path=last", "--trainer.max_epochs=1")
+    assert not list((tmp_path / "empty").rglob("*.ckpt"))
+    _fit(
+        data,
+        tmp_path / "empty",
+        "--ckpt_path=last",
+        "--fresh_if_nothing_to_resume=true",
+        "--trainer.max_epochs=1",
+    )
+    assert len(run_dirs(tmp_path / "empty")) == 1
+
+
+def test_a_rerun_from_a_saved_config_lands_under_its_own_root(data, tmp_path):
+    _fit(data, tmp_path / "old", "--trainer.max_epochs=1")
+    [old] = run_dirs(tmp_path / "old")
+    run_cli(
+        "fit",
+        "--config",
+        str(old / "config.yaml"),
+        f"--trainer.default_root_dir={tmp_path / 'new'}",
+    )
+    [new] = run_dirs(tmp_path / "new")
+    assert new.is_relative_to(tmp_path / "new") and run_dirs(tmp_path / "old") == [old]
+    for k, v in _final(old)["state_dict"].items():  # and reproduces the run
+        assert torch.equal(v, _final(new)["state_dict"][k]), k
+
+
+def test_the_csv_overlay_follows_the_root(data, tmp_path):
+    _fit(
+        data,
+        tmp_path / "csv",
+        "-c",
+        str(CONFIGS / "loggers" / "csv.yaml"),
+        "--trainer.max_epochs=1",
+    )
+    [run] = run_dirs(tmp_path / "csv")
+    assert run.is_relative_to(tmp_path / "csv") and (run / "metrics.csv").is_file()
