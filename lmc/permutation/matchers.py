@@ -16,7 +16,7 @@ aligning every model to model 0 on ``batches``. A new matcher is one function de
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,29 +127,31 @@ def _activation(
     return Matching(perms, info)
 
 
-@MATCHERS.register("activation")
-def activation_matcher(
-    net: nn.Module,
-    states: Sequence[StateDict],
-    spec: PermutationSpec,
-    *,
-    batches: Sequence[Any] | None = None,
-    seed: int = 0,
-) -> Matching:
-    """Every model aligned to model 0 by the cross-covariance of activations on ``batches``."""
-    return _activation(net, states, spec, batches, "covariance", "activation")
+def _data_matcher(similarity: str, name: str, doc: str) -> Callable[..., Matching]:
+    def matcher(
+        net: nn.Module,
+        states: Sequence[StateDict],
+        spec: PermutationSpec,
+        *,
+        batches: Sequence[Any] | None = None,
+        seed: int = 0,
+    ) -> Matching:
+        return _activation(net, states, spec, batches, similarity, name)
+
+    matcher.__name__ = matcher.__qualname__ = f"{name}_matcher"
+    matcher.__doc__ = doc
+    return MATCHERS.register(name)(matcher)
 
 
-@MATCHERS.register("correlation")
-def correlation_matcher(
-    net: nn.Module,
-    states: Sequence[StateDict],
-    spec: PermutationSpec,
-    *,
-    batches: Sequence[Any] | None = None,
-    seed: int = 0,
-) -> Matching:
-    """Tatro et al.'s neuron alignment (002 Alg. 1, App. D): every model aligned to model 0 by
-    the Pearson correlation of post-activations; ``info`` has the mean matched correlation
-    before and after."""
-    return _activation(net, states, spec, batches, "correlation", "correlation")
+activation_matcher = _data_matcher(
+    "covariance",
+    "activation",
+    "Every model aligned to model 0 by the cross-covariance of activations on ``batches``.",
+)
+correlation_matcher = _data_matcher(
+    "correlation",
+    "correlation",
+    "Tatro et al.'s neuron alignment (002 Alg. 1, App. D): every model aligned to model 0 by "
+    "the Pearson correlation of post-activations; ``info`` has the mean matched correlation "
+    "before and after (``similarity_before``, ``similarity_after``).",
+)
