@@ -17,7 +17,7 @@ from lmc.evaluation import LossName, has_batchnorm
 from lmc.interpolation import alpha_grid, cache_batches, interpolate_path
 from lmc.interpolation.states import check_compatible
 from lmc.interpolation.study import Matcher, match_states
-from lmc.io import load_checkpoint, model_state_dict
+from lmc.io import load_endpoints
 from lmc.permutation import MATCHERS, check_spec_source, resolve_spec
 
 
@@ -25,7 +25,8 @@ class BarrierMonitor(Callback):
     """Log ``barrier/{i}/loss_naive``, ``loss_matched``, ``acc_*`` against reference ``i``.
 
     Args:
-        checkpoints: reference ``.ckpt`` files of the same architecture (read when fit starts).
+        checkpoints: reference ``.ckpt`` files or run folders of the same architecture (read
+            when fit starts; non-finite weights refused).
         epochs: epochs (0-based, after the epoch's training) to measure at; ``None`` = every
             ``every_n_epochs``.
         every_n_epochs: cadence when ``epochs`` is not given.
@@ -61,7 +62,7 @@ class BarrierMonitor(Callback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         net = network(pl_module)
-        self.refs = [model_state_dict(load_checkpoint(p)) for p in self.paths]
+        self.paths, self.refs = load_endpoints(self.paths, None, "BarrierMonitor checkpoints")
         check_compatible([net.state_dict(), *self.refs], ["the trained model", *self.paths])
         self.work = copy.deepcopy(net)  # one scratch copy for all evaluations
         self.batches = None

@@ -32,7 +32,7 @@ from lmc.curves.options import (
 )
 from lmc.curves.plane import PlaneResult, plane_grid
 from lmc.interpolation.states import check_compatible
-from lmc.io import load_checkpoint, model_state_dict
+from lmc.io import load_endpoints
 from lmc.optim import default_optimizer
 from lmc.permutation import apply_permutation, match
 from lmc.permutation.spec import PermutationSpec
@@ -130,8 +130,9 @@ class CurveTask(L.LightningModule):
         self.robust_opts = as_options(RobustOptions, robust)
         self.net = net.requires_grad_(False)
         self.spec = SpecSource(spec, net)
-        self.checkpoints = list(checkpoints)
-        self.states = [model_state_dict(load_checkpoint(p)) for p in self.checkpoints]
+        self.checkpoints, self.states = load_endpoints(
+            checkpoints, 2, "model.init_args.checkpoints"
+        )
         check_compatible(
             [net.state_dict(), *self.states], ["model.init_args.net", *self.checkpoints]
         )

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from lmc.evaluation import has_batchnorm, reset_bn
 from lmc.interpolation.states import weighted_average
-from lmc.io import load_endpoints
+from lmc.io import atomic_write, load_endpoints
 from lmc.merging import (
     MERGE_METHODS,
     Baseline,
@@ -130,10 +130,8 @@ class MergeReporter:
         )
         out = log_merge(trainer, sweep, extra, split=self.splits[-1])
         if trainer.is_global_zero:
-            torch.save(
-                {m: {n: list(p) for n, p in by_n.items()} for m, by_n in perms.items()},
-                out / "permutations.pt",
-            )
+            table = {m: {n: list(p) for n, p in by_n.items()} for m, by_n in perms.items()}
+            atomic_write(out / "permutations.pt", lambda f: torch.save(table, f))
         split = self.splits[-1]
         lines = [
             f"{ev.method:>10} n={ev.n:<3} {split} acc {ev.metrics[f'{split}/acc']:.4f} "
