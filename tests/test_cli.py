@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,53 @@ def test_quickstart_trains_two_models_and_matching_removes_the_barrier(tmp_path)
     [wrun] = wandb_run_dirs(tmp_path)
     logged = read_wandb_summary(wrun)["summary"]
     assert logged["interp/barrier_loss_matched"] == pytest.approx(summary["barrier_loss_matched"])
+
+
+def test_abbreviated_options_are_refused_with_one_readable_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        run_cli(
+            "fit",
+            "-c",
+            str(CONFIGS / "quickstart.yaml"),
+            "--trainer.max_epoch=2",  # not max_epochs: no prefix matching
+            f"--trainer.default_root_dir={tmp_path}",
+        )
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == "lmc fit: error: unrecognized arguments: --trainer.max_epoch=2"
+    assert len(err) == 2 and not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_a_misspelt_task_option_names_the_closest_accepted_one(tmp_path, capsys, monkeypatch):
+    args = ["fit", "-c", str(CONFIGS / "quickstart.yaml"), "--model.init_args.num_modles=3"]
+    monkeypatch.setattr("sys.argv", ["lmc", *args])
+    with pytest.raises(SystemExit):
+        run_cli(*args)
+    first = capsys.readouterr().err.strip().splitlines()[0]
+    assert re.match(
+        r"lmc( fit)?: error: lmc.tasks.TrainAndInterpolateTask: option 'num_modles'", first
+    )
+    assert "did you mean 'num_models'?" in first
+
+
+def test_console_errors_are_one_line_without_a_traceback(tmp_path, capsys, monkeypatch):
+    from lmc.cli import main
+
+    monkeypatch.delenv("LMC_DEBUG", raising=False)
+    monkeypatch.setattr(
+        "sys.argv",
+        [
+            "lmc",
+            "fit",
+            "-c",
+            str(CONFIGS / "quickstart.yaml"),
+            "--model.init_args.matcher=wieght",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+    )
+    with pytest.raises(SystemExit) as exit_:
+        main()  # as the console script: no args
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert "lmc: error: model.init_args.matcher: unknown matcher 'wieght'; choose one of" in err
+    assert "Traceback" not in err and "Given value" not in err

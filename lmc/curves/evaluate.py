@@ -3,7 +3,7 @@ mean (002 Table 1 and App. B), optionally under PGD attack (002 §5)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -127,8 +127,11 @@ def evaluate_curve(
     bn_data: BNData = "clean",
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
+    on_point: Callable[[], None] | None = None,
 ) -> CurveEvaluation:
     """Loss and accuracy of ``w(t)`` at every ``t`` on every split (002 Fig. 3, Table 1).
+
+    ``on_point`` (optional) is called after every ``t`` is evaluated (progress reporting).
 
     ``net`` is reused for every point (its parameters and buffers are overwritten in place).
     With ``attack``, the splits in ``robust_splits`` (default: all) are also evaluated on PGD
@@ -158,14 +161,15 @@ def evaluate_curve(
             r = evaluate(net, batches, loss)
             res.metrics.setdefault(f"{split}/loss", []).append(r.loss)
             res.metrics.setdefault(f"{split}/acc", []).append(r.acc)
-        if attack is None:
-            continue
-        if bn_data == "adversarial" and has_batchnorm(net) and bn_batches:
-            reset_bn(net, adversarial_batches(net.eval(), bn_batches, attack, mean, std))
-        for split in robust:
-            rl, ra = robust_evaluate(net, splits[split], attack, mean, std, loss)
-            res.metrics.setdefault(f"{split}/robust_loss", []).append(rl)
-            res.metrics.setdefault(f"{split}/robust_acc", []).append(ra)
+        if attack is not None:
+            if bn_data == "adversarial" and has_batchnorm(net) and bn_batches:
+                reset_bn(net, adversarial_batches(net.eval(), bn_batches, attack, mean, std))
+            for split in robust:
+                rl, ra = robust_evaluate(net, splits[split], attack, mean, std, loss)
+                res.metrics.setdefault(f"{split}/robust_loss", []).append(rl)
+                res.metrics.setdefault(f"{split}/robust_acc", []).append(ra)
+        if on_point is not None:
+            on_point()
     res.weights = arc_length_weights(curve.segment_lengths(ts))
     res.summary = summarize(ts, res.metrics, res.weights)
     return res

@@ -102,8 +102,10 @@ def interpolate_path(
     loss: LossName = "cross_entropy",
     repair_mode: Repair = "none",
     align_batches: Batches | None = None,
+    on_point: Callable[[], None] | None = None,
 ) -> tuple[PathResult, float]:
-    """Evaluate ``(1 - alpha) a + alpha b`` at every alpha on every split.
+    """Evaluate ``(1 - alpha) a + alpha b`` at every alpha on every split (``on_point``, if
+    given, is called after each alpha: progress reporting).
 
     With a repair mode, each point is evaluated as is (``split/loss_raw``) and after repair
     (``split/loss``); without, ``split/loss`` is the plain interpolation. ``model`` is reused
@@ -121,17 +123,17 @@ def interpolate_path(
         stats_b = channel_stats(model, align_batches, points)
     for alpha in alphas:
         load_lerp_(model, a, b, alpha)
-        if repair_mode == "none":
-            _evaluate_point(model, splits, loss, "", res.metrics)
-            continue
-        _evaluate_point(model, splits, loss, "_raw", res.metrics)
-        start = time.perf_counter()
-        if repair_mode == "reset_bn":
-            reset_bn(model, align_batches)
-        else:
-            repair(model, interpolate_stats(stats_a, stats_b, alpha), align_batches)
-        repair_seconds += time.perf_counter() - start
+        if repair_mode != "none":
+            _evaluate_point(model, splits, loss, "_raw", res.metrics)
+            start = time.perf_counter()
+            if repair_mode == "reset_bn":
+                reset_bn(model, align_batches)
+            else:
+                repair(model, interpolate_stats(stats_a, stats_b, alpha), align_batches)
+            repair_seconds += time.perf_counter() - start
         _evaluate_point(model, splits, loss, "", res.metrics)
+        if on_point is not None:
+            on_point()
     for split in splits:
         for suffix in ("", "_raw") if repair_mode != "none" else ("",):
             accs = res.metrics[f"{split}/acc{suffix}"] if loss == "cross_entropy" else None
@@ -173,6 +175,7 @@ def interpolation_study(
     names: Sequence[str] | None = None,
     spec: PermutationSpec | None = None,
     on_path: Callable[[str, PathResult], None] | None = None,
+    on_point: Callable[[], None] | None = None,
 ) -> StudyResult:
     """Barriers between models before and after matching, and their merges.
 
@@ -206,7 +209,15 @@ def interpolation_study(
         for variant, group in variants.items():
             name = variant if len(states) == 2 else f"{variant}_{i}_{j}"
             paths[name], rs = interpolate_path(
-                model, group[i], group[j], splits, alphas, loss, repair_mode, align_batches
+                model,
+                group[i],
+                group[j],
+                splits,
+                alphas,
+                loss,
+                repair_mode,
+                align_batches,
+                on_point,
             )
             timings["repair_seconds"] += rs
             if on_path is not None:

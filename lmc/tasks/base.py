@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Literal
 
 import lightning as L
 from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 from lmc.evaluation import LossName, cache_batches
 from lmc.permutation.source import check_spec_source, needs_example, resolve_spec
@@ -51,6 +53,18 @@ def default_loss(datamodule: Any) -> LossName:
     return (
         "mse" if getattr(datamodule, "task", "classification") == "regression" else "cross_entropy"
     )
+
+
+@contextmanager
+def point_progress(trainer: L.Trainer, total: int, desc: str) -> Iterator[Callable[[], None]]:
+    """A progress bar over ``total`` evaluation points (alphas, curve points), shown on rank 0
+    when the trainer shows its own; yields the function to call after each point."""
+    show = trainer.is_global_zero and trainer.progress_bar_callback is not None
+    bar = tqdm(total=total, desc=desc, disable=not show, leave=False, dynamic_ncols=True)
+    try:
+        yield lambda: bar.update(1)
+    finally:
+        bar.close()
 
 
 def example_inputs(datamodule: Any, n: int = 2) -> Tensor:

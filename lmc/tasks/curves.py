@@ -36,7 +36,13 @@ from lmc.io import load_endpoints
 from lmc.optim import default_optimizer
 from lmc.permutation import apply_permutation, match
 from lmc.permutation.spec import PermutationSpec
-from lmc.tasks.base import SpecSource, default_loss, save_task_hparams, split_batches
+from lmc.tasks.base import (
+    SpecSource,
+    default_loss,
+    point_progress,
+    save_task_hparams,
+    split_batches,
+)
 from lmc.tasks.curve_report import log_curve
 
 
@@ -144,6 +150,7 @@ class CurveTask(L.LightningModule):
         self.attack = self.robust_opts.attack
         self.align_info: dict[str, float] = {}
         self.result: CurveEvaluation | None = None
+        self.report_line: str | None = None  # printed last by `lmc validate`
         self.plane_result: PlaneResult | None = None
         self._bn_cache: list | None = None
 
@@ -282,31 +289,35 @@ class CurveTask(L.LightningModule):
         splits = split_batches(dm, ev.splits, ev.max_batches, self.device)
         bn = self._train_subset(self.bn_opts.batches)
         mean, std = self._normalization()
-        self.result = evaluate_curve(
-            self.net,
-            self.curve,
-            t_grid(ev.num_ts),
-            splits,
-            bn,
-            self.bn_opts.mode,
-            default_loss(dm),
-            self.attack,
-            [s for s in ev.robust_splits if s in splits],
-            self.bn_opts.data,
-            mean,
-            std,
-        )
+        with point_progress(self.trainer, ev.num_ts, "curve points") as step:
+            self.result = evaluate_curve(
+                self.net,
+                self.curve,
+                t_grid(ev.num_ts),
+                splits,
+                bn,
+                self.bn_opts.mode,
+                default_loss(dm),
+                self.attack,
+                [s for s in ev.robust_splits if s in splits],
+                self.bn_opts.data,
+                mean,
+                std,
+                on_point=step,
+            )
         if self.plane_opts.kind != "none":
             self.plane_result = self._plane(splits, bn)
         out = log_curve(self.trainer, self.result, self.plane_result, self.summary_extra())
         s = self.result.summary
         last = ev.splits[-1]
-        rank_zero_info(
+        self.report_line = (
             f"\nCurve ({last}): acc min {s.get(f'{last}/acc_min', float('nan')):.4f}, "
             f"mean {s.get(f'{last}/acc_mean', float('nan')):.4f}, arc-length mean "
             f"{s.get(f'{last}/acc_arc_mean', float('nan')):.4f}; loss max "
             f"{s.get(f'{last}/loss_max', float('nan')):.4f}. Figures and summary: {out}\n"
         )
+        if self._fitting():
+            rank_zero_info(self.report_line)  # under `lmc validate` the CLI prints it last
 
     def _plane(self, splits: dict, bn: list) -> PlaneResult:
         curve, opts = self.curve, self.plane_opts

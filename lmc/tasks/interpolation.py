@@ -17,6 +17,7 @@ from lmc.tasks.base import (
     Split,
     default_loss,
     eval_and_align_batches,
+    point_progress,
     save_task_hparams,
 )
 from lmc.tasks.report import log_study
@@ -98,10 +99,30 @@ class InterpolationTask(EvaluationTask):
         self.log_artifact = log_artifact
         self.spec = SpecSource(spec, net)
         self.result: StudyResult | None = None
+        self.report_line: str | None = None  # printed last by `lmc validate`
 
     def evaluate(self) -> None:
         dm = self.trainer.datamodule
         splits, align = eval_and_align_batches(dm, self.splits, self.max_batches, self.device)
+        n = len(self.states)
+        paths = n * (n - 1) // 2 * (1 if self.matcher == "none" else 2)
+        with point_progress(self.trainer, paths * self.num_alphas, "interpolation points") as step:
+            self._study(dm, splits, align, step)
+        out = log_study(self.trainer, self.result)
+        s = self.result.summary
+        matched = (
+            ""
+            if self.matcher == "none"
+            else (f" -> {s['barrier_loss_matched']:.4g} matched ({self.matcher} matching)")
+        )
+        self.report_line = (
+            f"\nBarrier ({self.splits[-1]} split): loss {s['barrier_loss_naive']:.4g} naive"
+            f"{matched}. Figure and summary: {out}\n"
+        )
+        if self.save_matched and self.trainer.is_global_zero:
+            self._save_matched(out)
+
+    def _study(self, dm: Any, splits: dict, align: list, step: Any) -> None:
         self.result = interpolation_study(
             self.net,
             self.states,
@@ -114,13 +135,11 @@ class InterpolationTask(EvaluationTask):
             seed=self.seed,
             names=self.checkpoints,
             spec=self.spec.resolve(dm, self.device),
+            on_point=step,
         )
         for key, value in self.result.summary.items():
             if key.startswith(("barrier_", "merge_")):
                 self.log(f"interp/{key}", float(value))
-        out = log_study(self.trainer, self.result)
-        if self.save_matched and self.trainer.is_global_zero:
-            self._save_matched(out)
 
     def _save_matched(self, out: Any) -> None:
         from lmc.interpolation.states import weighted_average

@@ -189,3 +189,15 @@ def test_an_alpha_grid_without_interior_points_is_refused(mnist_pair, tmp_path):
     root, ckpts = mnist_pair
     with pytest.raises(ValueError, match="at least 3 points"):
         _validate(root, ckpts, tmp_path / "out", "--model.init_args.num_alphas=2")
+
+
+def test_validate_ends_with_the_line_naming_its_figure_and_summary(mnist_pair, tmp_path, caplog):
+    import logging
+
+    root, ckpts = mnist_pair
+    with caplog.at_level(logging.INFO):
+        _validate(root, ckpts, tmp_path / "out")
+    [run] = run_dirs(tmp_path / "out")
+    lines = [r.getMessage().strip() for r in caplog.records if r.name.endswith("rank_zero")]
+    assert lines[-1].startswith("Barrier (test split): loss ")
+    assert lines[-1].endswith(f"matched (weight matching). Figure and summary: {run}")

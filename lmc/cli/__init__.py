@@ -7,9 +7,8 @@ the run. ``lmc validate``/``test``/``predict`` take the same configs.
 
 from __future__ import annotations
 
-import importlib
+import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,10 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info
 
+from lmc.cli.errors import LMCArgumentParser, condensed_error, quiet_third_party
+from lmc.cli.moved import moved_keys_error
 from lmc.io import atomic_write, load_checkpoint
 from lmc.tasks.resume import (
     AtomicCheckpointIO,
@@ -161,117 +163,17 @@ class LMCCLI(LightningCLI):
         if "weights_only" in cfg and cfg.weights_only is None:
             cfg.weights_only = True
 
+    def after_validate(self) -> None:
+        # The task's closing line (what it measured, where its figure and summary went) last,
+        # after Lightning's table of logged metrics.
+        line = getattr(self.model, "report_line", None)
+        if line:
+            rank_zero_info(line)
+
     def after_fit(self) -> None:
         cfg = self.config[self.subcommand]
         if cfg.get("test_after_fit") and self.trainer.state.fn == TrainerFn.FITTING:
             self.trainer.test(self.model, datamodule=self.datamodule, verbose=True)
-
-
-_SUBCOMMANDS = ("fit", "validate", "test", "predict")
-
-
-def moved_keys_error(args: Any) -> str | None:
-    """The error for ``model.init_args`` keys that the model class lists as moved, or ``None``.
-
-    A task declares ``moved_keys = {old: new}`` (paths under ``model.init_args``). ``args`` are
-    the raw CLI arguments (or a config mapping): ``-c``/``--config`` files and inline configs,
-    ``--model``, ``--model.class_path`` and ``--model.init_args.*`` are read. An old key that
-    is now the name of a group (``plane`` -> ``plane.kind``) counts only when given a plain
-    value rather than a mapping.
-    """
-    class_path, given = _raw_model_args(args)
-    moved = getattr(_model_class(class_path), "moved_keys", None) or {}
-    problems: list[str] = []
-    for key, value, where in given:
-        new = moved.get(key)
-        if new is None or (new.startswith(f"{key}.") and (value is None or _is_mapping(value))):
-            continue
-        problem = f"model.init_args.{key} moved to model.init_args.{new} (in {where})"
-        if problem not in problems:
-            problems.append(problem)
-    if not problems:
-        return None
-    return f"{class_path}: " + "; ".join(problems) + ". Update the config to the new keys."
-
-
-def _is_mapping(value: Any) -> bool:
-    return isinstance(value, Mapping)
-
-
-def _load(value: Any, base: Path | None = None) -> Any:
-    """A config file's content, or an inline YAML string parsed (``None`` if invalid YAML)."""
-    if not isinstance(value, str):
-        return value
-    try:
-        for path in (base / value if base is not None else None, Path(value)):
-            if path is not None and path.is_file():
-                return yaml.safe_load(path.read_text())
-        return yaml.safe_load(value)
-    except (OSError, yaml.YAMLError):  # e.g. an inline config too long for a file name
-        return None
-
-
-def _raw_model_args(args: Any) -> tuple[str | None, list[tuple[str, Any, str]]]:
-    """The model's class path (last given) and every ``init_args`` key given, with its value
-    and where it was given."""
-    class_path: str | None = None
-    given: list[tuple[str, Any, str]] = []
-
-    def take_model(model: Any, where: str, base: Path | None = None) -> None:
-        nonlocal class_path
-        model = _load(model, base)
-        if isinstance(model, str):
-            class_path = model
-        elif _is_mapping(model):
-            class_path = model.get("class_path", class_path)
-            init = model.get("init_args")
-            given.extend((k, v, where) for k, v in (init.items() if _is_mapping(init) else ()))
-
-    def take_config(cfg: Any, where: str, base: Path | None = None) -> None:
-        for section in (cfg, *(cfg.get(sub) for sub in _SUBCOMMANDS)) if _is_mapping(cfg) else ():
-            if _is_mapping(section) and "model" in section:
-                take_model(section["model"], where, base)
-
-    if not isinstance(args, (list, tuple)):
-        take_config(args.as_dict() if hasattr(args, "as_dict") else args, "the config")
-        return class_path, given
-    items = [str(a) for a in args]
-    i = 0
-    while i < len(items):
-        name, eq, value = items[i].partition("=")
-        i += 1
-        if not name.startswith("-"):
-            continue
-        if not eq and i < len(items) and not items[i].startswith("--"):
-            value, i = items[i], i + 1
-        if name in ("-c", "--config"):
-            cfg = _load(value)
-            take_config(
-                cfg,
-                "an inline config" if value.lstrip().startswith("{") else value,
-                Path(value).parent,
-            )
-        elif name == "--model":
-            take_model(value, "--model")
-        elif name == "--model.class_path":
-            class_path = value
-        elif name == "--model.init_args":
-            take_model({"init_args": _load(value)}, "the command line")
-        elif name.startswith("--model."):
-            key, dot, _ = name.removeprefix("--model.").removeprefix("init_args.").partition(".")
-            given.append((key, {} if dot else _load(value), "the command line"))
-    return class_path, given
-
-
-def _model_class(class_path: str | None) -> type | None:
-    """The class named by ``class_path`` (a bare name is looked up in :mod:`lmc.tasks`)."""
-    if not class_path:
-        return None
-    module, _, name = class_path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module or "lmc.tasks"), name, None)
-    except ImportError:
-        return None
 
 
 def _check_model_checkpoints(cfg: Any) -> None:
@@ -331,15 +233,34 @@ def build_cli(args: list[str] | None = None, run: bool = True) -> LMCCLI:
         args=args,
         run=run,
         auto_configure_optimizers=False,
+        parser_class=LMCArgumentParser,
+        # no prefix matching: --trainer.max_epoch must not silently mean max_epochs
+        parser_kwargs={
+            "prog": "lmc",
+            "allow_abbrev": False,
+            **{sub: {"allow_abbrev": False} for sub in ("fit", "validate", "test", "predict")},
+        },
     )
 
 
 def main(args: list[str] | None = None) -> None:
-    """Entry point of the ``lmc`` console script; ``args`` lets tests call it in-process."""
+    """Entry point of the ``lmc`` console script; ``args`` lets tests call it in-process.
+
+    From the console, an error that stops the run is printed as its one relevant line
+    (``LMC_DEBUG=1`` shows the full traceback); in-process callers get the exception.
+    """
+    quiet_third_party()
     exit_code = 1
     try:
         build_cli(args)
         exit_code = 0
+    except Exception as err:
+        if args is not None or os.environ.get("LMC_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"lmc: error: {condensed_error(err)}\n(LMC_DEBUG=1 shows the full traceback)\n"
+        )
+        raise SystemExit(1) from None
     finally:
         _finish_wandb(exit_code)
 
