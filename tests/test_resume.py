@@ -114,3 +114,21 @@ def test_the_csv_overlay_follows_the_root(data, tmp_path):
     )
     [run] = run_dirs(tmp_path / "csv")
     assert run.is_relative_to(tmp_path / "csv") and (run / "metrics.csv").is_file()
+
+
+def test_a_full_disk_while_checkpointing_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    from lmc.tasks.resume import AtomicCheckpointIO
+
+    io, path = AtomicCheckpointIO(), tmp_path / "checkpoints" / "last.ckpt"
+    io.save_checkpoint({"epoch": 0, "w": torch.ones(3)}, path)
+
+    def full_disk(obj, f):
+        f.write(b"\0" * 1000)  # a partial file, as a full disk leaves it
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(OSError, match=r"could not write .*last\.ckpt.*No space left.*unchanged"):
+        io.save_checkpoint({"epoch": 1, "w": torch.zeros(3)}, path)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True)["epoch"] == 0
+    assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]
