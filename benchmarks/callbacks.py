@@ -50,6 +50,7 @@ import torch  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 from torch.nn.utils import prune  # noqa: E402
 
+from benchmarks._endpoints import require_data  # noqa: E402
 from callbacks import MagnitudePruning, NeuronEntropyMonitor  # noqa: E402
 from lmc.data import MNISTDataModule  # noqa: E402
 from lmc.metrics import histogram_entropy, neuron_entropy, weight_layers  # noqa: E402
@@ -197,8 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         "--contrast", action="store_true", help="also run the 'adam' recipe (entropy rises)"
     )
     args = parser.parse_args(argv)
-    if "LMC_DATA_DIR" not in os.environ:
-        sys.exit("set LMC_DATA_DIR to a writable copy of the datasets (MNIST/raw/*-ubyte.gz)")
+    require_data("MNIST", "benchmarks/callbacks.py")
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     names = ["sgd", "adam"] if args.contrast else ["sgd"]
     results = {}

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._endpoints import fmnist_vgg_checkpoints  # noqa: E402
+from benchmarks._endpoints import fmnist_vgg_checkpoints, require_data  # noqa: E402
 
 CURVE = ROOT / "configs" / "curves" / "fmnist_vgg11.yaml"
 PAM = ROOT / "configs" / "curves" / "fmnist_vgg11_pam.yaml"
@@ -79,8 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--split", choices=["test", "val"], default="test")
     p.add_argument("--out", type=Path, default=None, help="run directory (default: a temp dir)")
     args = p.parse_args(argv)
-    if "LMC_DATA_DIR" not in os.environ:
-        sys.exit("set LMC_DATA_DIR to a writable copy of the datasets (FashionMNIST/raw/*.gz)")
+    require_data("FashionMNIST", "benchmarks/curves.py")
 
     t0 = time.perf_counter()
     ckpts = fmnist_vgg_checkpoints([0, 1], args.endpoint_epochs, args.train_size)

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._endpoints import mnist_mlp_checkpoints  # noqa: E402
+from benchmarks._endpoints import mnist_mlp_checkpoints, require_data  # noqa: E402
 from lmc.data import MNISTDataModule  # noqa: E402
 from lmc.interpolation import cache_batches, evaluate, interpolate_path  # noqa: E402
 from lmc.interpolation.barrier import alpha_grid  # noqa: E402
@@ -32,6 +32,7 @@ from lmc.models import MLP  # noqa: E402
 
 
 def main() -> None:
+    require_data("MNIST", "benchmarks/interpolation.py")
     torch.set_num_threads(2)
     ckpts = mnist_mlp_checkpoints([0, 1], epochs=3)
     a, b = (model_state_dict(load_checkpoint(p)) for p in ckpts)

@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._endpoints import mnist_mlp_checkpoints  # noqa: E402
+from benchmarks._endpoints import mnist_mlp_checkpoints, require_data  # noqa: E402
 from lmc.data import MNISTDataModule  # noqa: E402
 from lmc.interpolation import cache_batches  # noqa: E402
 from lmc.io import load_checkpoint, model_state_dict  # noqa: E402
@@ -63,6 +63,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10, help="STE-MM epochs (App. B.2)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    require_data("MNIST", "benchmarks/ste_mm.py")
     torch.set_num_threads(args.threads)
 
     ckpts = mnist_mlp_checkpoints(list(range(args.models)), epochs=args.endpoint_epochs)

@@ -17,18 +17,23 @@ Two regimes, as 004 Fig. 2 measures them:
     line 1 and Fig. 2 do (for information only; the key line uses plain warm-started from
     the previous permutation, the stricter baseline).
 (b) a single cold call (identity start) on the MNIST MLP pair (784-512-512-512-10, each trained
-    one epoch on MNIST from ``$LMC_DATA_DIR/MNIST/raw``, cached under ``benchmarks/.cache``;
-    random init with a note if the data is missing); median of ``--repeats`` calls.
+    one epoch on MNIST from ``$LMC_DATA_DIR/MNIST/raw``, cached under ``benchmarks/.cache`` by a
+    key of the training recipe and the code that trains them); median of ``--repeats`` calls.
+    Without the MNIST files the script stops and says which it expects; ``--untrained`` runs the
+    MLP regimes on two randomly initialised MLPs instead (a timing only), and then every MLP
+    figure is labelled ``untrained`` and its keys end in ``_untrained``.
 
-Run ``python benchmarks/weight_matching.py`` (CPU, no arguments; ``--device cuda`` keeps the
-weights and products on a GPU, the setting of 004 Fig. 2). The last line holds the key=value
-results.
+Run ``LMC_DATA_DIR=<copy of the datasets> python benchmarks/weight_matching.py`` (CPU;
+``--device cuda`` keeps the weights and products on a GPU, the setting of 004 Fig. 2). The last
+line holds the key=value results.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
+import inspect
 import os
 import statistics
 import sys
@@ -44,6 +49,7 @@ from torch import Tensor, nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._endpoints import cache_key, code_version, require_data  # noqa: E402
 from lmc.models import MLP, VGG, ResNet  # noqa: E402
 from lmc.permutation import PermutationSpec, spec_for, weight_matching  # noqa: E402
 from lmc.permutation._costs import Problem, SourceCache  # noqa: E402
@@ -115,7 +121,9 @@ def _read_idx(path: Path) -> np.ndarray:
 def mnist_tensors(split: str) -> tuple[Tensor, Tensor] | None:
     """Normalised MNIST ``split`` (flattened images, labels) from ``$LMC_DATA_DIR/MNIST/raw``
     (decompressed idx files, else the .gz originals); ``None`` if missing."""
-    raw = Path(os.environ.get("LMC_DATA_DIR", ROOT / "data")) / "MNIST" / "raw"
+    if "LMC_DATA_DIR" not in os.environ:
+        return None
+    raw = Path(os.environ["LMC_DATA_DIR"]).expanduser() / "MNIST" / "raw"
     prefix = "train" if split == "train" else "t10k"
     found = []
     for kind in ("images-idx3", "labels-idx1"):
@@ -129,23 +137,49 @@ def mnist_tensors(split: str) -> tuple[Tensor, Tensor] | None:
     return x, torch.from_numpy(found[1].astype(np.int64))
 
 
-def mnist_mlp_pair() -> tuple[nn.Module, nn.Module, str]:
-    """Two 784-512-512-512-10 MLPs trained one epoch on MNIST (seeds 0, 1), cached."""
+def mlp_cache_path(seed: int) -> Path:
+    """Cache file of the seed-``seed`` MLP: keyed by its training recipe and by the code that
+    trains it (this file's reader and training loop, and the ``lmc`` sources), so a change of
+    either retrains instead of reusing a stale model."""
+    recipe = {
+        "net": "MLP(784, 10, width=512, depth=3)",
+        "seed": seed,
+        "data": "MNIST train, 60000 images, (x / 255 - 0.1307) / 0.3081",
+        "epochs": 1,
+        "optimizer": "Adam(lr=1e-3)",
+        "batch_size": 128,
+    }
+    trainer = "".join(inspect.getsource(f) for f in (_read_idx, mnist_tensors, mnist_mlp_pair))
+    code = code_version() + hashlib.sha256(trainer.encode()).hexdigest()
+    return CACHE / f"mnist_mlp512x3_s{seed}_{cache_key(recipe, code)[:16]}.pt"
+
+
+def mnist_mlp_pair(untrained: bool = False) -> tuple[nn.Module, nn.Module, str]:
+    """Two 784-512-512-512-10 MLPs trained one epoch on MNIST (seeds 0, 1), cached.
+
+    Stops (exit status 1, naming ``LMC_DATA_DIR`` and the files expected) when a model must be
+    trained and MNIST is missing. ``untrained``: two randomly initialised MLPs, no data read.
+    """
+    if untrained:
+        models = []
+        for seed in (0, 1):
+            torch.manual_seed(seed)
+            models.append(MLP(784, 10, width=512, depth=3))
+        return models[0], models[1], "UNTRAINED: random init (--untrained), timings only"
     models, note = [], "trained 1 epoch on MNIST (Adam 1e-3, batch 128)"
     train = None
     for seed in (0, 1):
-        path = CACHE / f"mnist_mlp512x3_seed{seed}.pt"
+        path = mlp_cache_path(seed)
         torch.manual_seed(seed)
         model = MLP(784, 10, width=512, depth=3)
         if path.exists():
             model.load_state_dict(torch.load(path, weights_only=True))
             models.append(model)
             continue
-        train = train if train is not None else mnist_tensors("train")
         if train is None:
-            note = "MNIST not found under $LMC_DATA_DIR/MNIST/raw: random init"
-            models.append(model)
-            continue
+            require_data("MNIST", "benchmarks/weight_matching.py (or pass --untrained)")
+            train = mnist_tensors("train")
+            assert train is not None
         x, y = train
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
@@ -155,10 +189,14 @@ def mnist_mlp_pair() -> tuple[nn.Module, nn.Module, str]:
             loss.backward()
             opt.step()
         CACHE.mkdir(parents=True, exist_ok=True)
-        torch.save(model.state_dict(), path)
+        tmp = path.with_suffix(".tmp")
+        torch.save(model.state_dict(), tmp)
+        os.replace(tmp, path)
         models.append(model)
     test = mnist_tensors("test")
-    if test is not None and "random" not in note:
+    if test is None:
+        note += f" (cached: {path.parent}); test accuracy not measured, MNIST test files missing"
+    else:
         with torch.no_grad():
             accs = [float((m(test[0]).argmax(1) == test[1]).float().mean()) for m in models]
         note += f", test acc {accs[0]:.3f} / {accs[1]:.3f}"
@@ -328,6 +366,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=5, help="cold calls on the MLP in (b)")
     p.add_argument("--quick", action="store_true", help="small widths, for a smoke test")
     p.add_argument("--device", default="cpu", help="where the weights and products live")
+    p.add_argument(
+        "--untrained",
+        action="store_true",
+        help="time the MLP regimes on randomly initialised MLPs (no MNIST needed); every MLP "
+        "figure is then labelled untrained",
+    )
     args = p.parse_args(argv)
     global DEVICE
     DEVICE = torch.device(args.device)
@@ -335,17 +379,19 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {DEVICE}")
 
-    mlp_a, mlp_b, note = mnist_mlp_pair()
-    print(f"[mnist-mlp] {note}")
+    mlp_a, mlp_b, note = mnist_mlp_pair(untrained=args.untrained)
+    mlp = "mnist-mlp untrained" if args.untrained else "mnist-mlp"
+    print(f"[{mlp}] {note}")
     # 512x512 products gain nothing from a second thread, and one thread keeps the timing of
     # these millisecond-scale steps stable when other processes share the cores
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    plain_vs_ref, accel_vs_ref = regime_cold("mnist-mlp", mlp_a, mlp_b, args.repeats)
-    regime_repeat("mnist-mlp", mlp_a, mlp_b, 5, args.drift, with_reference=True)
+    plain_vs_ref, accel_vs_ref = regime_cold(mlp, mlp_a, mlp_b, args.repeats)
+    regime_repeat(mlp, mlp_a, mlp_b, 5, args.drift, with_reference=True)
     torch.set_num_threads(threads)
 
     rw, vw = (2, 0.5) if args.quick else (16, 4)
+    print(f"[resnet20x{rw}] [vgg11x{vw:g}] random init by design (timings only; see the docstring)")
     torch.manual_seed(1)
     res_a, res_b = ResNet(20, width=rw), ResNet(20, width=rw)
     resnet = regime_repeat(
@@ -364,9 +410,11 @@ def main(argv: list[str] | None = None) -> None:
         f"vgg11x{vw:g}", vgg_a, vgg_b, args.vgg_calls, args.drift, with_reference=False
     )
     print(f"total {time.perf_counter() - t0:.0f}s")
+    mark = "_untrained" if args.untrained else ""
     print(
         f"wm_repeat_speedup_resnet20x16={resnet:.3f} wm_repeat_speedup_vgg11x4={vgg:.3f} "
-        f"wm_mlp_plain_vs_reference={plain_vs_ref:.3f} wm_mlp_accel_vs_reference={accel_vs_ref:.3f}"
+        f"wm_mlp_plain_vs_reference{mark}={plain_vs_ref:.3f} "
+        f"wm_mlp_accel_vs_reference{mark}={accel_vs_ref:.3f}"
     )
 
 

@@ -115,6 +115,8 @@ def sample_permutations(
 ) -> list[Tensor]:
     """``num`` permutations drawn from the BvN terms with probabilities ``alpha_k / sum alpha``
     (002 App. E.4: the distribution Omega of one layer)."""
+    if num <= 0:
+        return []  # PAM with bvn_samples: 0 scores only the previous and Hungarian candidates
     if not terms:
         raise ValueError("no BvN terms to sample from")
     alphas = torch.tensor([a for a, _ in terms], dtype=torch.float64).clamp_min(0)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.nn.functional import mse_loss
 
 from lmc.curves import (
+    Curve,
+    PAMOptions,
     birkhoff_decomposition,
+    curve_objective,
     pam_candidates,
     permutation_matrices,
     permutation_matrix,
@@ -15,9 +19,17 @@ from lmc.curves import (
     round_to_permutation,
     sample_permutations,
     soft_permute,
+    t_grid,
 )
 from lmc.models import MLP, VGG, ResNet
-from lmc.permutation import apply_permutation, random_permutation, spec_for
+from lmc.permutation import (
+    apply_permutation,
+    identity_permutation,
+    invert_permutation,
+    permutation_equal,
+    random_permutation,
+    spec_for,
+)
 from tests.curves.helpers import assert_close
 
 
@@ -128,3 +140,93 @@ def test_candidates_and_rounding_never_increase_the_objective():
     assert won.chosen == 1 and torch.equal(won.perm["a"], target["a"])
     kept = round_pam(soft, prev, distance_to(prev))
     assert kept.chosen == 0 and min(kept.scores) == kept.scores[0] == 0.0
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_pam_permutation_step_from_the_identity_recovers_a_permuted_copy(depth):
+    """Known answer for PAM's permutation step (002 App. E.2, E.4) on ``theta_2 = pi(theta_1)``.
+
+    The pieces run as :class:`~lmc.tasks.PAMTask` chains them (projected SGD on one relaxed
+    ``D_l`` per group from the identity, ``D theta_2`` by :func:`soft_permute`, projection after
+    every step, then :func:`round_pam`), on the curve objective ``E_t L(w(t))`` with offsets zero
+    for the loss ``L(w) = |w - theta_1|^2``: it is 0 (up to rounding) at the alignment
+    ``P theta_2 = theta_1`` and, for one group, convex in ``D``, so projected gradient must get
+    there. The rounding is then scored by the task's own :func:`curve_objective` (outputs
+    regressed on ``theta_1``'s, again 0 only at the alignment) and must land on ``pi^-1``.
+    """
+    torch.manual_seed(0)
+    net = MLP(4, 3, width=8, depth=depth)
+    spec = spec_for(net)
+    theta1 = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    sizes = spec.sizes(theta1)
+    pi = random_permutation(sizes, 1)
+    theta2 = apply_permutation(theta1, spec, pi)
+    want = invert_permutation(pi)
+    assert not permutation_equal(want, identity_permutation(sizes))  # a real task
+    curve = Curve.from_module(net, theta1, theta2)  # PAM's start: the straight line
+    names = curve.names
+    opts = PAMOptions(perm_lr=0.5)
+    ts = t_grid(opts.select_ts + 2)[1:-1]  # the task's interior scoring ts
+
+    def weight_objective(end: torch.Tensor) -> torch.Tensor:
+        return torch.stack(
+            [(curve.point_flat(t, end=end) - curve.start).square().sum() for t in ts]
+        ).mean()
+
+    start = identity_permutation(sizes)
+    mats = {g: m.requires_grad_(True) for g, m in permutation_matrices(start).items()}
+    for _ in range(60):
+        soft = soft_permute(theta2, spec, mats, names)
+        loss = weight_objective(torch.cat([soft[n].reshape(-1) for n in names]))
+        grads = torch.autograd.grad(loss, list(mats.values()))
+        with torch.no_grad():  # the task's step: plain SGD (torch.optim.SGD, no momentum) ...
+            for d, grad in zip(mats.values(), grads):
+                d -= opts.perm_lr * grad  # ... then back onto the Birkhoff polytope (E.2)
+                d.copy_(project_doubly_stochastic(d, opts.projection_iters, opts.projection))
+    relaxed = {g: d.detach() for g, d in mats.items()}
+    # the relaxed solution is at the alignment: its Hungarian projection (eq. 52) is pi^-1
+    assert all(torch.equal(round_to_permutation(relaxed[g]), want[g]) for g in want)
+
+    def end_of(perm):
+        return curve.flatten(apply_permutation(theta2, spec, perm))
+
+    @torch.no_grad()
+    def score(perm):
+        return float(weight_objective(end_of(perm)))
+
+    gen = torch.Generator().manual_seed(opts.seed)
+    won = round_pam(relaxed, start, score, opts.bvn_samples, opts.bvn_terms, gen)
+    assert permutation_equal(won.perm, want), (won.perm, want)
+    assert won.scores[won.chosen] < 1e-12 < won.scores[0]  # the identity scored worse
+
+    # the same rounding scored by the curve objective the task uses
+    x = torch.randn(32, 4, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        batches = [(x, net(x))]
+
+    def task_objective(perm):
+        return curve_objective(net, curve, batches, ts, end=end_of(perm), loss_fn=mse_loss)
+
+    gen = torch.Generator().manual_seed(opts.seed)
+    won = round_pam(relaxed, start, task_objective, opts.bvn_samples, opts.bvn_terms, gen)
+    assert permutation_equal(won.perm, want)
+    assert won.scores[won.chosen] == task_objective(want) < 1e-12 < won.scores[0]
+
+    # where the Hungarian projection is wrong, a permutation sampled from the BvN terms (E.4)
+    # is pi^-1 and the rounding finds it: D = 0.55 P_wrong + 0.45 P_want per group
+    wrong = {g: p.roll(1) for g, p in want.items()}
+    assert not permutation_equal(wrong, start)
+    mixed = {
+        g: 0.55 * permutation_matrix(wrong[g]) + 0.45 * permutation_matrix(want[g]) for g in want
+    }
+    gen = torch.Generator().manual_seed(opts.seed)
+    won = round_pam(mixed, start, task_objective, opts.bvn_samples, opts.bvn_terms, gen)
+    assert won.chosen >= 2 and permutation_equal(won.perm, want)
+
+
+def test_rounding_with_no_bvn_samples_scores_the_previous_and_hungarian_permutations():
+    prev = {"a": torch.arange(4)}
+    target = {"a": torch.tensor([1, 0, 3, 2])}
+    soft = {"a": 0.4 * permutation_matrix(prev["a"]) + 0.6 * permutation_matrix(target["a"])}
+    won = round_pam(soft, prev, lambda p: float((p["a"] != target["a"]).sum()), num_samples=0)
+    assert won.chosen == 1 and len(won.scores) == 2

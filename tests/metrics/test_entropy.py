@@ -22,24 +22,96 @@ from lmc.models.init import he_std
 from lmc.pruning import prune_magnitude
 
 N = 1_000_000
+# A bin-width error of 0.1 % (Δ·1.001, or 2**bits + 1 bins in place of 2**bits) moves the
+# differential estimate by ln(1.001) ≈ 1.0e-3 nats; every tolerance below is well under that.
+BIN_WIDTH_ERROR = math.log(1.001)
+
+
+def _gaussian_reference(x: torch.Tensor, std: float, bits: int, value_range) -> tuple[float, float]:
+    """What ``histogram_entropy(x, bits, value_range, differential=True)`` must return for
+    samples ``x`` of N(0, std²), and the tolerance, from the estimator's bias and variance.
+
+    With q the bin frequencies, P the bin probabilities and ĥ = −(1/N) Σ ln p(x_i) the closed
+    form's Monte Carlo estimate on the *same* samples, the estimate Ĥ = H_Δ + ln Δ is
+
+        Ĥ − ĥ = −KL(q ‖ P) + Σ_k q_k (mean of ln p(x_i) over bin k − ln(P_k / Δ)).
+
+    ĥ carries the sampling error sd sqrt(Var ln p(X) / N) = sqrt(1 / (2N)) (7e-4 at N = 10⁶, too
+    big to see a 1e-3 error), shared with Ĥ: comparing with ĥ cancels it. What is left:
+
+    * 2N·KL(q ‖ P) is asymptotically χ²(K − 1) for K occupied bins: mean (K − 1) / (2N) (the
+      Miller–Madow bias of the plug-in entropy), sd sqrt(2(K − 1)) / (2N);
+    * within a bin ln p is linear to first order with slope s = −x / σ², so the second term has
+      mean Δ² E[s²] / 24 = Δ² / (24σ²) (the O(Δ²) discretisation bias of H_Δ + ln Δ) and sd
+      sqrt(E[s²] Δ² / (12N)) = Δ / (σ sqrt(12N)).
+
+    The expectation is ĥ + Δ² / (24σ²) − (K − 1) / (2N). The leading-order Miller–Madow term
+    misses the sparse tail bins (measured over 100 seeds: the estimate sits 1-2 sd below it), so
+    the tolerance allows another (K − 1) / (2N) on top of 5 sd.
+    """
+    n = x.numel()
+    delta = bin_width(bits, value_range)
+    mc = 0.5 * math.log(2 * math.pi * std**2) + float(x.double().square().mean()) / (2 * std**2)
+    k = torch.unique(torch.floor((x.double() - value_range[0]) / delta)).numel()
+    sd = math.sqrt(2 * (k - 1) / (2 * n) ** 2 + (delta / std) ** 2 / (12 * n))
+    want = mc + delta**2 / (24 * std**2) - (k - 1) / (2 * n)
+    tol = (k - 1) / (2 * n) + 5 * sd
+    assert tol < BIN_WIDTH_ERROR / 2  # the test can see a 0.1 % bin-width error
+    # and ĥ itself is the closed form up to its sampling error
+    assert mc == pytest.approx(gaussian_entropy(std), abs=5 * math.sqrt(1 / (2 * n)))
+    return want, tol
 
 
 @pytest.mark.parametrize(
     ("std", "value_range"), [(0.05, (-1.0, 1.0)), (1.0, (-8.0, 8.0)), (0.3, (-2.0, 2.0))]
 )
 def test_gaussian_samples_match_closed_form(std, value_range):
-    x = torch.randn(N, generator=torch.Generator().manual_seed(0)) * std
+    x = torch.randn(N, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * std
     est = histogram_entropy(x, bits=10, value_range=value_range, differential=True)
-    assert est == pytest.approx(gaussian_entropy(std), abs=0.02)
+    want, tol = _gaussian_reference(x, std, 10, value_range)
+    assert est == pytest.approx(want, abs=tol)  # tol is 2e-4 to 4e-4 here
+
+
+def _binned_uniform(low: float, high: float, bits: int, value_range) -> torch.Tensor:
+    """Closed form of the bin probabilities of U(low, high) on the fixed bins: bin k holds
+    |bin k ∩ [low, high)| / (high − low), the edge bins only a fraction of Δ; the bins with
+    positive probability, in order."""
+    lo, delta = value_range[0], bin_width(bits, value_range)
+    first, last = math.floor((low - lo) / delta), math.ceil((high - lo) / delta)
+    probs = []
+    for b in range(first, last):
+        a, c = max(lo + b * delta, low), min(lo + (b + 1) * delta, high)
+        if c > a:
+            probs.append((c - a) / (high - low))
+    return torch.tensor(probs, dtype=torch.float64)
 
 
 @pytest.mark.parametrize(
     ("low", "high", "value_range"), [(-0.3, 0.5, (-1.0, 1.0)), (2.0, 4.0, (0.0, 8.0))]
 )
 def test_uniform_samples_match_closed_form(low, high, value_range):
-    x = low + (high - low) * torch.rand(N, generator=torch.Generator().manual_seed(1))
+    x = low + (high - low) * torch.rand(
+        N, generator=torch.Generator().manual_seed(1), dtype=torch.float64
+    )
     est = histogram_entropy(x, bits=10, value_range=value_range, differential=True)
-    assert est == pytest.approx(uniform_entropy(low, high), abs=0.02)
+    # Exact H_Δ = −Σ P ln P of the K bins the interval covers (partly covered edge bins
+    # included). Ĥ − H_Δ = −Σ (q − P) ln P − KL(q ‖ P): the first term has mean 0 and sd
+    # sqrt(Var ln P / N) (nonzero only through the partly covered edge bins), the second mean
+    # (K − 1) / (2N) and sd sqrt(2(K − 1)) / (2N) (χ²(K − 1); no sparse bins, so the
+    # Miller–Madow term is accurate). Tolerance: 5 sd, 6e-5 to 1.2e-4 here.
+    probs = _binned_uniform(low, high, 10, value_range)
+    k, log_p = probs.numel(), probs.log()
+    h_delta = float(-(probs * log_p).sum())
+    var_log_p = float((probs * log_p.square()).sum()) - h_delta**2
+    delta = bin_width(10, value_range)
+    want = h_delta + math.log(delta) - (k - 1) / (2 * N)
+    tol = 5 * math.sqrt(var_log_p / N + 2 * (k - 1) / (2 * N) ** 2)
+    assert tol < BIN_WIDTH_ERROR / 2
+    assert est == pytest.approx(want, abs=tol)
+    # H_Δ + ln Δ is the differential entropy up to the edge bins' share (≤ 2Δ/(e(b − a)))
+    assert h_delta + math.log(delta) == pytest.approx(
+        uniform_entropy(low, high), abs=2 * delta / (math.e * (high - low))
+    )
 
 
 def test_bin_width_correction_is_ln_delta():
@@ -88,7 +160,9 @@ def test_he_normal_init_layer_matches_gaussian_closed_form(scale):
     net = MLP(784, 10, width=512, depth=1, init="he_normal", init_scale=scale)
     w = net.layers[0].weight
     expected = gaussian_entropy(scale * he_std(w))
-    assert neuron_entropy(w, mode="pooled") == pytest.approx(expected, abs=0.02)
+    # 784 * 512 = 401k N(0, σ²) elements: the same error budget as the closed-form tests
+    want, tol = _gaussian_reference(w.detach().reshape(-1), scale * he_std(w), 10, (-1.0, 1.0))
+    assert neuron_entropy(w, mode="pooled") == pytest.approx(want, abs=tol)
     # per-component marginals: 512 samples each, so the plug-in estimate is biased low
     marginal = neuron_entropy(w, mode="marginal")
     assert expected - 0.25 < marginal < expected
