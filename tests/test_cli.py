@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -285,3 +286,35 @@ def test_console_errors_are_one_line_without_a_traceback(tmp_path, capsys, monke
     err = capsys.readouterr().err
     assert "lmc: error: model.init_args.matcher: unknown matcher 'wieght'; choose one of" in err
     assert "Traceback" not in err and "Given value" not in err
+
+
+def test_a_checkpoint_written_before_options_moved_names_the_new_keys(tmp_path):
+    old = tmp_path / "old_curve.ckpt"
+    hparams = {"_class_path": "lmc.tasks.CurveTask", "num_ts": 61, "bn_mode": "recompute"}
+    torch.save({"state_dict": {}, "hyper_parameters": hparams}, old)
+    with pytest.raises(ValueError, match=r"written before some options.*num_ts moved to "):
+        run_cli(
+            "validate",
+            "-c",
+            str(CONFIGS / "curves" / "mnist_mlp.yaml"),
+            f"--ckpt_path={old}",
+            f"--trainer.default_root_dir={tmp_path}",
+        )
+
+
+def test_product_tips_are_silenced_and_run_information_is_kept(caplog, monkeypatch):
+    import logging
+
+    from lightning.pytorch.utilities import rank_zero_info
+
+    from lmc.cli.errors import quiet_third_party
+
+    monkeypatch.delenv("WANDB_SILENT", raising=False)
+    quiet_third_party()
+    with caplog.at_level(logging.INFO):
+        rank_zero_info("💡 Tip: For seamless cloud logging, try installing something")
+        rank_zero_info("GPU available: False, used: False")
+    messages = [r.getMessage() for r in caplog.records]
+    assert "GPU available: False, used: False" in messages
+    assert not any("Tip" in m for m in messages)
+    assert os.environ["WANDB_SILENT"] == "true"

@@ -107,7 +107,17 @@ class LMCCLI(LightningCLI):
         if sub == "fit" and ckpt and (ckpt == "last" or Path(ckpt).is_dir()):
             ckpt = self.config[sub].ckpt_path = self._resume_checkpoint(self.config[sub], ckpt)
         if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
-            load_checkpoint(ckpt, mmap=True)
+            hparams = load_checkpoint(ckpt, mmap=True).get("hyper_parameters") or {}
+            # a checkpoint written before options moved: name the new keys, not a union error
+            old = {k: v for k, v in hparams.items() if k != "_class_path"}
+            model = {"class_path": hparams.get("_class_path"), "init_args": old}
+            message = moved_keys_error({"model": model}) if model["class_path"] else None
+            if message:
+                raise ValueError(
+                    f"{ckpt} was written before some options of its task moved: {message} Its "
+                    "weights still load (lmc.io.load_checkpoint, model_state_dict); give the new "
+                    "keys in the config and leave --ckpt_path out, or rerun the run."
+                )
         super()._parse_ckpt_path()
 
     def _resume_checkpoint(self, cfg: Any, ckpt: str) -> str | None:
