@@ -38,7 +38,11 @@ def _command(data: Path, root: Path, *extra: str) -> list[str]:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    # Not the W&B service of this pytest process (earlier in-process runs start one and export
+    # WANDB_SERVICE): the killed run's stream would stay registered there ("run ID is in use"),
+    # which a separate `lmc fit` process, as a user runs it, never shares.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_SERVICE")}
+    return {**env, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 
 
 def test_sigkill_in_epoch_two_then_resume_equals_the_uninterrupted_run(tmp_path):
