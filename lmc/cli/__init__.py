@@ -22,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lmc.cli.errors import LMCArgumentParser, condensed_error, quiet_third_party
 from lmc.cli.moved import moved_keys_error
+from lmc.cli.study import study_main
 from lmc.io import atomic_write, load_checkpoint
 from lmc.tasks.resume import (
     AtomicCheckpointIO,
@@ -230,27 +231,31 @@ def _resolve_logger_dirs(cfg: Any) -> None:
             init_args.save_dir = str(Path(root))
 
 
-def build_cli(args: list[str] | None = None, run: bool = True) -> LMCCLI:
-    """Parse ``args`` (default: ``sys.argv``) and, if ``run``, execute the subcommand."""
-    return LMCCLI(
-        L.LightningModule,
-        L.LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        seed_everything_default=0,
-        save_config_callback=RunConfigSaver,
-        save_config_kwargs={"overwrite": True},
-        args=args,
-        run=run,
-        auto_configure_optimizers=False,
-        parser_class=LMCArgumentParser,
+def cli_kwargs() -> dict[str, Any]:
+    """The arguments every ``lmc`` LightningCLI is built with (also the studies' parse-only
+    check): subclass mode, integer seed, config saving, no prefix matching of options."""
+    return {
+        "model_class": L.LightningModule,
+        "datamodule_class": L.LightningDataModule,
+        "subclass_mode_model": True,
+        "subclass_mode_data": True,
+        "seed_everything_default": 0,
+        "save_config_callback": RunConfigSaver,
+        "save_config_kwargs": {"overwrite": True},
+        "auto_configure_optimizers": False,
+        "parser_class": LMCArgumentParser,
         # no prefix matching: --trainer.max_epoch must not silently mean max_epochs
-        parser_kwargs={
+        "parser_kwargs": {
             "prog": "lmc",
             "allow_abbrev": False,
             **{sub: {"allow_abbrev": False} for sub in ("fit", "validate", "test", "predict")},
         },
-    )
+    }
+
+
+def build_cli(args: list[str] | None = None, run: bool = True) -> LMCCLI:
+    """Parse ``args`` (default: ``sys.argv``) and, if ``run``, execute the subcommand."""
+    return LMCCLI(**cli_kwargs(), args=args, run=run)
 
 
 def main(args: list[str] | None = None) -> None:
@@ -259,6 +264,9 @@ def main(args: list[str] | None = None) -> None:
     From the console, an error that stops the run is printed as its one relevant line
     (``LMC_DEBUG=1`` shows the full traceback); in-process callers get the exception.
     """
+    argv = sys.argv[1:] if args is None else list(args)
+    if argv[:1] == ["study"]:  # lmc study plan|run|status (lmc/cli/study.py)
+        return study_main(argv[1:], raise_errors=args is not None)
     quiet_third_party()
     exit_code = 1
     try:

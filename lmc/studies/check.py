@@ -1,0 +1,131 @@
+"""Check a study against its base configs by parsing them with the ``lmc`` CLI's own parser
+(nothing instantiated, nothing run): every grid key must be a key of the resolved base config,
+and every grid value must parse. The only module of :mod:`lmc.studies` that imports the CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lmc.studies.schema import Study, StudyError
+
+
+def cli_value(value: Any) -> str:
+    """``value`` as one command-line token (strings as they are, the rest as JSON)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _parse_only_cli() -> type:
+    from lmc.cli import LMCCLI
+
+    class ParseOnlyCLI(LMCCLI):
+        """Parse and check the arguments, then stop: no seed, no classes, no run."""
+
+        def _parse_ckpt_path(self) -> None:
+            pass
+
+        def _set_seed(self) -> None:
+            pass
+
+        def before_instantiate_classes(self) -> None:
+            pass
+
+        def instantiate_classes(self) -> None:
+            pass
+
+        def after_instantiate_classes(self) -> None:
+            pass
+
+        def _run_subcommand(self, subcommand: str) -> None:
+            pass
+
+    return ParseOnlyCLI
+
+
+def resolve_config(args: Sequence[str]) -> dict[str, Any]:
+    """The resolved config of ``lmc <args>`` (e.g. ``["fit", "-c", base]``) as a plain dict.
+
+    Raises:
+        StudyError: the arguments do not parse; the message is the parser's.
+    """
+    return _resolve(tuple(args))
+
+
+@lru_cache(maxsize=256)
+def _resolve(args: tuple[str, ...]) -> dict[str, Any]:
+    from lmc.cli import cli_kwargs
+
+    err_text = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err_text):
+            cli = _parse_only_cli()(**cli_kwargs(), args=list(args), run=True)
+    except SystemExit:  # jsonargparse exits on a parse error, message on stderr
+        lines = [ln for ln in err_text.getvalue().splitlines() if ln.startswith("lmc: error:")]
+        detail = lines[0][len("lmc: error:") :].strip() if lines else err_text.getvalue().strip()
+        raise StudyError(f"`lmc {' '.join(args)}` does not parse: {detail}") from None
+    except Exception as err:
+        raise StudyError(f"`lmc {' '.join(args)}` does not parse: {err}") from err
+    sub = args[0]
+    return yaml.safe_load(cli._parser(sub).dump(cli.config[sub], skip_none=False))
+
+
+def has_key(cfg: Mapping[str, Any], dotted: str) -> bool:
+    """Whether ``cfg`` has the dotted key ``dotted`` (``a.b.c`` = ``cfg["a"]["b"]["c"]``)."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _near(cfg: Mapping[str, Any], dotted: str) -> str:
+    node: Any = cfg
+    prefix = []
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            break
+        node, prefix = node[part], [*prefix, part]
+    keys = sorted(node) if isinstance(node, Mapping) else []
+    where = ".".join(prefix) or "the top level"
+    return f"keys under {where}: {', '.join(keys)}" if keys else f"{where} holds no keys"
+
+
+def config_args(configs: Sequence[Path], extra: Sequence[str]) -> list[str]:
+    return [arg for path in configs for arg in ("-c", str(path))] + list(extra)
+
+
+def check_study(study: Study) -> dict[str, dict[str, Any]]:
+    """Check every grid key and value against the train base config and every evaluate base
+    config on its own; return the resolved configs by stage (``train`` and each stage name).
+
+    Raises:
+        StudyError: a grid key that the base config lacks (naming the keys next to it), a grid
+            value the parser refuses, or an evaluate config that does not parse.
+    """
+    train = study.train
+    base = config_args(train.configs, train.args)
+    resolved = {"train": resolve_config(["fit", *base])}
+    for key, values in train.grid.items():
+        if not has_key(resolved["train"], key):
+            raise StudyError(
+                f"train.grid key {key!r} is not in the base config "
+                f"{', '.join(str(p) for p in train.configs)}; {_near(resolved['train'], key)}"
+            )
+        for value in values:
+            try:
+                resolve_config(["fit", *base, f"--{key}={cli_value(value)}"])
+            except StudyError as err:
+                raise StudyError(
+                    f"train.grid.{key}: the value {value!r} is refused: {err}"
+                ) from err
+    for stage in study.evaluate:
+        resolved[stage.name] = resolve_config(["validate", *config_args(stage.configs, stage.args)])
+    return resolved

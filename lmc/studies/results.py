@@ -1,0 +1,73 @@
+"""A study's results as one tidy table: one row per done job and metric, with the job's grid
+coordinates as columns. Train jobs give the last logged value of each column of their CSV
+logger's ``metrics.csv``; evaluate jobs the flat scalars of their ``summary.json``."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lmc.results import read_record
+from lmc.studies.store import StudyStore
+
+_NOT_METRICS = {"epoch", "step"}
+
+
+def last_logged(metrics_csv: Path) -> dict[str, float]:
+    """The last non-empty value of each metric column of a CSV logger's ``metrics.csv``."""
+    last: dict[str, float] = {}
+    with metrics_csv.open(newline="") as f:
+        for row in csv.DictReader(f):
+            for key, value in row.items():
+                if key in _NOT_METRICS or value in (None, ""):
+                    continue
+                try:
+                    last[key] = float(value)
+                except ValueError:
+                    continue
+    return last
+
+
+def job_metrics(run_dir: Path) -> dict[str, Any]:
+    """The metrics of one run folder: ``metrics.csv`` (last values), then the scalars of its
+    ``summary.json`` when it has one."""
+    metrics: dict[str, Any] = {}
+    if (run_dir / "metrics.csv").is_file():
+        metrics.update(last_logged(run_dir / "metrics.csv"))
+    if (run_dir / "summary.json").is_file():
+        for key, value in read_record(run_dir).scalar_summary().items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) and value is not None:
+                continue
+            metrics[key] = math.nan if value is None else float(value)
+    return metrics
+
+
+def results(root: str | Path) -> pd.DataFrame:
+    """The study folder ``root``'s results: columns ``stage``, ``job``, the grid keys,
+    ``metric``, ``value``; one row per done job and metric (pending and failed jobs have none).
+    """
+    store = StudyStore(root)
+    jobs = store.plan()
+    keys: list[str] = []
+    for job in jobs:
+        keys += [k for k in job["coordinates"] if k not in keys]
+    rows = []
+    for job in jobs:
+        if not store.is_done(job):
+            continue
+        coords = {k: job["coordinates"].get(k) for k in keys}
+        for metric, value in job_metrics(store.run_dir(job)).items():
+            rows.append(
+                {
+                    "stage": job["stage"],
+                    "job": job["id"],
+                    **coords,
+                    "metric": metric,
+                    "value": value,
+                }
+            )
+    return pd.DataFrame(rows, columns=["stage", "job", *keys, "metric", "value"])

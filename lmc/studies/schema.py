@@ -1,0 +1,251 @@
+"""The study file: a grid of ``lmc fit`` trainings and evaluation stages over them, read into
+dataclasses and checked key by key, so a wrong key or type stops the study before any job runs.
+
+Layout (paths relative to the study file)::
+
+    name: width
+    train:
+      config: ../synthetic/teacher_student.yaml     # or a list: base config, then overlays
+      grid: {model.init_args.net.init_args.width: [4, 8], seed_everything: [0, 1]}
+      zip: [[key_a, key_b]]                         # optional: varied together, not crossed
+      args: [--trainer.max_epochs=5]                # optional: extra CLI args of every job
+    evaluate:
+      - name: barrier
+        kind: barrier
+        config: teacher_student_barrier.yaml        # an ``lmc validate`` config
+        pairs: {over: [model.init_args.net.init_args.width], vary: seed_everything, reference: 0}
+        args: []
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TRAIN_STAGE = "train"
+EVALUATE_KINDS = ("barrier",)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class StudyError(ValueError):
+    """The study file (or the study folder) cannot be used; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Pairs of trained models: equal on every ``over`` key, one at ``vary == reference``."""
+
+    over: tuple[str, ...]
+    vary: str
+    reference: Any
+
+
+@dataclass(frozen=True)
+class EvaluateStage:
+    name: str
+    kind: str
+    configs: tuple[Path, ...]
+    pairs: Pairs
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TrainStage:
+    configs: tuple[Path, ...]
+    grid: dict[str, list[Any]]
+    zip: tuple[tuple[str, ...], ...] = ()
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    train: TrainStage
+    evaluate: tuple[EvaluateStage, ...]
+    path: Path
+    text: str
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the study file's text."""
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise StudyError(f"{where} must be a mapping, got {type(value).__name__}: {value!r}")
+    return value
+
+
+def _check_keys(
+    value: Mapping[str, Any], where: str, required: tuple[str, ...], optional: tuple[str, ...]
+) -> None:
+    valid = (*required, *optional)
+    for key in value:
+        if key not in valid:
+            raise StudyError(f"unknown key {key!r} in {where}; valid keys: {', '.join(valid)}")
+    for key in required:
+        if key not in value:
+            raise StudyError(f"{where} needs the key {key!r} (valid keys: {', '.join(valid)})")
+
+
+def _str_list(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise StudyError(f"{where} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _configs(value: Any, where: str, base: Path) -> tuple[Path, ...]:
+    paths = [value] if isinstance(value, str) else value
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+        raise StudyError(
+            f"{where} must be a config path or a non-empty list of them, got {value!r}"
+        )
+    resolved = tuple((base / p).resolve() for p in paths)
+    for given, path in zip(paths, resolved):
+        if not path.is_file():
+            raise StudyError(
+                f"{where}: {given} not found (looked at {path}; paths are relative "
+                "to the study file)"
+            )
+    return resolved
+
+
+def _train(value: Any, base: Path) -> TrainStage:
+    value = _mapping(value, "train")
+    _check_keys(value, "train", ("config", "grid"), ("zip", "args"))
+    grid_in = _mapping(value["grid"], "train.grid")
+    if not grid_in:
+        raise StudyError("train.grid is empty: give at least one key with a list of values")
+    grid: dict[str, list[Any]] = {}
+    for key, values in grid_in.items():
+        if not isinstance(key, str) or not key:
+            raise StudyError(f"train.grid key {key!r} must be a dotted config key")
+        if not isinstance(values, list):
+            raise StudyError(f"train.grid.{key} must be a list of values, got {values!r}")
+        if not values:
+            raise StudyError(f"train.grid.{key} is an empty list: give at least one value")
+        grid[key] = list(values)
+    groups: list[tuple[str, ...]] = []
+    seen: set[str] = set()
+    for i, group in enumerate(value.get("zip") or []):
+        where = f"train.zip[{i}]"
+        keys = _str_list(group, where)
+        if len(keys) < 2:
+            raise StudyError(f"{where} must name two or more grid keys, got {group!r}")
+        for key in keys:
+            if key not in grid:
+                raise StudyError(
+                    f"{where} names {key!r}, not a train.grid key; grid keys: {', '.join(grid)}"
+                )
+            if key in seen:
+                raise StudyError(f"{where}: {key!r} is already in another zip group")
+            seen.add(key)
+        lengths = {k: len(grid[k]) for k in keys}
+        if len(set(lengths.values())) != 1:
+            raise StudyError(f"{where}: zipped keys need lists of one length, got {lengths}")
+        groups.append(keys)
+    axes = [[tuple(grid[k][i] for k in g) for i in range(len(grid[g[0]]))] for g in groups]
+    axes += [[(v,) for v in grid[k]] for k in grid if k not in seen]
+    for axis, key in zip(
+        axes, [*(", ".join(g) for g in groups), *(k for k in grid if k not in seen)]
+    ):
+        if len({repr(v) for v in axis}) != len(axis):
+            raise StudyError(f"train.grid: {key} repeats a value (zipped keys: a combination)")
+    return TrainStage(
+        configs=_configs(value["config"], "train.config", base),
+        grid=grid,
+        zip=tuple(groups),
+        args=_str_list(value.get("args"), "train.args"),
+    )
+
+
+def _evaluate(value: Any, i: int, base: Path, train: TrainStage) -> EvaluateStage:
+    where = f"evaluate[{i}]"
+    value = _mapping(value, where)
+    _check_keys(value, where, ("name", "kind", "config", "pairs"), ("args",))
+    name = value["name"]
+    if not isinstance(name, str) or not _NAME.match(name) or name == TRAIN_STAGE:
+        raise StudyError(
+            f"{where}.name must be a folder-safe name other than "
+            f"{TRAIN_STAGE!r} (letters, digits, _ . -), got {name!r}"
+        )
+    where = f"evaluate stage {name!r}"
+    if value["kind"] not in EVALUATE_KINDS:
+        raise StudyError(
+            f"{where}: unknown kind {value['kind']!r}; valid kinds: {', '.join(EVALUATE_KINDS)}"
+        )
+    pairs = _mapping(value["pairs"], f"{where}.pairs")
+    _check_keys(pairs, f"{where}.pairs", ("vary", "reference"), ("over",))
+    over = _str_list(pairs.get("over"), f"{where}.pairs.over")
+    vary = pairs["vary"]
+    grid_keys = ", ".join(train.grid)
+    for key in (*over, vary):
+        if key not in train.grid:
+            raise StudyError(
+                f"{where}.pairs names {key!r}, not a train.grid key; grid keys: {grid_keys}"
+            )
+    if vary in over:
+        raise StudyError(f"{where}.pairs: {vary!r} cannot be both `vary` and in `over`")
+    for key in train.grid:
+        if key != vary and key not in over:
+            raise StudyError(
+                f"{where}.pairs: grid key {key!r} is neither in `over` nor `vary`; "
+                "add it to `over` (models of a pair must agree on it)"
+            )
+    reference = pairs["reference"]
+    if reference not in train.grid[vary]:
+        raise StudyError(
+            f"{where}.pairs.reference {reference!r}: no training job has "
+            f"{vary}={reference!r}; its values: {train.grid[vary]!r}"
+        )
+    if len(train.grid[vary]) < 2:
+        raise StudyError(f"{where}.pairs: {vary!r} has one value, so there is nothing to pair")
+    return EvaluateStage(
+        name=name,
+        kind=value["kind"],
+        configs=_configs(value["config"], f"{where}.config", base),
+        pairs=Pairs(over=over, vary=vary, reference=reference),
+        args=_str_list(value.get("args"), f"{where}.args"),
+    )
+
+
+def load_study(path: str | Path) -> Study:
+    """Read and check the study file at ``path`` (structure, keys, types, pairs; the grid keys
+    against the base configs are checked by :func:`lmc.studies.check.check_study`).
+
+    Raises:
+        StudyError: the file is missing, not YAML, or has a wrong key, type or value.
+    """
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise StudyError(f"study file not found: {path}")
+    text = path.read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise StudyError(f"{path} is not valid YAML: {err}") from None
+    data = _mapping(data, f"the study file {path}")
+    _check_keys(data, "the study file", ("name", "train"), ("evaluate",))
+    name = data["name"]
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise StudyError(
+            f"name must be a folder-safe string (letters, digits, _ . -), got {name!r}"
+        )
+    train = _train(data["train"], path.parent)
+    stages = data.get("evaluate") or []
+    if not isinstance(stages, list):
+        raise StudyError(f"evaluate must be a list of stages, got {stages!r}")
+    evaluate = tuple(_evaluate(s, i, path.parent, train) for i, s in enumerate(stages))
+    names = [s.name for s in evaluate]
+    if len(set(names)) != len(names):
+        raise StudyError(f"evaluate stage names must be unique, got {names}")
+    return Study(name=name, train=train, evaluate=evaluate, path=path, text=text)

@@ -1,0 +1,170 @@
+"""The study folder: ``study.yaml`` (a copy of the study file), ``plan.json`` (the job list),
+``jobs/<stage>/<job id>/`` (each job's ``lmc`` root, with its ``job.json``) and ``.lock``.
+
+A job is done only when its ``job.json`` says ``done``; that file is written atomically after
+the run returned, so a killed job is never counted as done."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lmc.io import atomic_write
+from lmc.studies.plan import Job
+from lmc.studies.schema import Study, StudyError
+
+JOB_FILE = "job.json"
+PLAN_FILE = "plan.json"
+STUDY_FILE = "study.yaml"
+LOCK_FILE = ".lock"
+
+
+def _write_json(path: Path, payload: Any) -> None:
+    atomic_write(path, lambda f: json.dump(payload, f, indent=2, default=str), mode="w")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+class StudyStore:
+    """The folder of one study run."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+
+    def job_dir(self, job: Job | dict[str, Any]) -> Path:
+        stage, jid = (job.stage, job.id) if isinstance(job, Job) else (job["stage"], job["id"])
+        return self.root / "jobs" / stage / jid
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold ``.lock`` (it holds this process's id) while the block runs; a lock whose
+        process is gone is stale and taken over.
+
+        Raises:
+            StudyError: another live process runs this study folder.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / LOCK_FILE
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                try:
+                    pid = int(path.read_text().strip() or 0)
+                except (OSError, ValueError):
+                    pid = 0
+                if pid and _pid_alive(pid):
+                    raise StudyError(
+                        f"{self.root} is being run by process {pid} (lock file {path}); wait for "
+                        f"it to end or stop it. If no such run exists, delete {path}"
+                    ) from None
+                path.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            break
+        else:  # pragma: no cover - another process took the stale lock between our two tries
+            raise StudyError(f"could not take the lock {path}; another run just started")
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
+
+    def init(self, study: Study, jobs: list[Job], force: bool = False) -> None:
+        """Make (or reopen) the folder for ``study``: a folder made by a study of another name
+        is refused unless ``force``; the study copy and the plan are (re)written."""
+        copy = self.root / STUDY_FILE
+        if copy.is_file() and not force:
+            try:
+                old = (yaml.safe_load(copy.read_text()) or {}).get("name")
+            except yaml.YAMLError:
+                old = None
+            if old != study.name:
+                raise StudyError(
+                    f"{self.root} holds the study {old!r}, not {study.name!r} "
+                    f"({study.path}); give another --dir, or --force to run it there anyway"
+                )
+        atomic_write(copy, lambda f: f.write(study.text), mode="w")
+        _write_json(
+            self.root / PLAN_FILE,
+            {"study": study.name, "file": str(study.path), "jobs": [j.to_json() for j in jobs]},
+        )
+
+    def plan(self) -> list[dict[str, Any]]:
+        path = self.root / PLAN_FILE
+        if not path.is_file():
+            raise StudyError(
+                f"{self.root} is no study folder (no {PLAN_FILE}); run "
+                "`lmc study run FILE --dir DIR` first"
+            )
+        return json.loads(path.read_text())["jobs"]
+
+    def record(self, job: Job | dict[str, Any]) -> dict[str, Any] | None:
+        """The job's ``job.json``, or ``None`` if it has none (never run, or killed)."""
+        path = self.job_dir(job) / JOB_FILE
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            return None
+
+    def is_done(self, job: Job | dict[str, Any]) -> bool:
+        rec = self.record(job)
+        return rec is not None and rec.get("status") == "done"
+
+    def write_record(self, job: Job, payload: dict[str, Any]) -> None:
+        _write_json(self.job_dir(job) / JOB_FILE, {**job.to_json(), **payload})
+
+    def run_dir(self, job: Job | dict[str, Any]) -> Path:
+        """The job's run folder: the one folder under ``<job folder>/lmc/`` with config.yaml.
+
+        Raises:
+            StudyError: none or several.
+        """
+        found = sorted(p.parent for p in (self.job_dir(job) / "lmc").glob("*/config.yaml"))
+        if len(found) != 1:
+            raise StudyError(
+                f"job {self.job_dir(job)} should hold one run folder "
+                f"(lmc/<run id>/config.yaml), found {len(found)}"
+            )
+        return found[0]
+
+    def partial_run(self, job: Job) -> Path | None:
+        """The run folder a killed attempt left with ``checkpoints/last.ckpt``, if exactly one."""
+        found = [p.parent for p in (self.job_dir(job) / "lmc").glob("*/config.yaml")]
+        if len(found) == 1 and (found[0] / "checkpoints" / "last.ckpt").is_file():
+            return found[0]
+        return None
+
+    def clear(self, job: Job) -> None:
+        """Remove what an unfinished attempt left in the job's folder."""
+        shutil.rmtree(self.job_dir(job), ignore_errors=True)
+
+
+def status(root: str | Path) -> dict[str, dict[str, int]]:
+    """Per stage, how many jobs of the study folder ``root`` are done, failed and pending."""
+    store = StudyStore(root)
+    counts: dict[str, dict[str, int]] = {}
+    for job in store.plan():
+        rec = store.record(job)
+        state = rec.get("status") if rec else "pending"
+        state = state if state in ("done", "failed") else "pending"
+        stage = counts.setdefault(job["stage"], {"done": 0, "failed": 0, "pending": 0})
+        stage[state] += 1
+    return counts

@@ -1,0 +1,151 @@
+"""Planning and bad input: the grid expands into jobs with stable ids, and every bad study is
+refused with a clear message before any job runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmc.studies import StudyError, load_and_plan, run_study
+from tests.studies.conftest import WIDTH, tiny_study, write_study
+
+
+def test_plan_expands_the_grid_with_stable_ids(tmp_path):
+    study, jobs = load_and_plan(write_study(tmp_path, tiny_study()))
+    train = [j for j in jobs if j.stage == "train"]
+    barrier = [j for j in jobs if j.stage == "barrier"]
+    assert [(j.coordinates[WIDTH], j.coordinates["seed_everything"]) for j in train] == [
+        (4, 0),
+        (4, 1),
+        (8, 0),
+        (8, 1),
+    ]
+    assert len({j.id for j in jobs}) == 6 and len(barrier) == 2
+    for job in barrier:  # seed 0 with seed 1 at the same width, which the barrier net gets
+        a, b = (next(t for t in train if t.id == i) for i in job.inputs)
+        assert a.coordinates == {WIDTH: job.coordinates[WIDTH], "seed_everything": 0}
+        assert b.coordinates == {WIDTH: job.coordinates[WIDTH], "seed_everything": 1}
+        assert f"--{WIDTH}={job.coordinates[WIDTH]}" in job.args
+    assert "--seed_everything=1" in train[1].args and f"--{WIDTH}=4" in train[1].args
+
+    # same file elsewhere: same ids; one changed arg: every train id changes
+    _, again = load_and_plan(write_study(tmp_path / "elsewhere", tiny_study()))
+    assert [j.id for j in again] == [j.id for j in jobs]
+    changed = tiny_study()
+    changed["train"]["args"] = [*changed["train"]["args"], "--trainer.max_epochs=2"]
+    _, other = load_and_plan(write_study(tmp_path / "changed", changed))
+    assert not {j.id for j in other} & {j.id for j in jobs}
+
+
+def test_zip_varies_keys_together(tmp_path):
+    std = "model.init_args.net.init_args.init_std"
+    study = tiny_study(
+        grid={WIDTH: [4, 8], std: [0.1, 0.01], "seed_everything": [0, 1]}, zip=[[WIDTH, std]]
+    )
+    study["evaluate"][0]["pairs"]["over"] = [WIDTH, std]
+    _, jobs = load_and_plan(write_study(tmp_path, study))
+    train = [j.coordinates for j in jobs if j.stage == "train"]
+    assert [(c[WIDTH], c[std]) for c in train] == [(4, 0.1), (4, 0.1), (8, 0.01), (8, 0.01)]
+
+
+def _bad(**changes):
+    return tiny_study(**changes)
+
+
+def _with_train(**entries):
+    study = tiny_study()
+    study["train"].update(entries)
+    return study
+
+
+def _bad_pairs(**pairs):
+    study = tiny_study()
+    study["evaluate"][0]["pairs"].update(pairs)
+    return study
+
+
+BAD = {
+    "unknown study key": (_bad(trian={}), "unknown key 'trian' in the study file"),
+    "unknown train key": (
+        _with_train(grids={}),
+        "unknown key 'grids' in train; valid keys: config, grid, zip, args",
+    ),
+    "grid key not in base": (
+        _bad(
+            grid={"model.init_args.net.init_args.widht": [4], "seed_everything": [0, 1]},
+            evaluate=[],
+        ),
+        "'model.init_args.net.init_args.widht' is not in the base config",
+    ),
+    "grid value of a wrong type": (
+        _bad(grid={WIDTH: ["wide"], "seed_everything": [0, 1]}),
+        "the value 'wide' is refused",
+    ),
+    "empty grid list": (
+        _bad(grid={WIDTH: [], "seed_everything": [0, 1]}),
+        f"train.grid.{WIDTH} is an empty list",
+    ),
+    "zip of unequal lengths": (
+        _bad(grid={WIDTH: [4, 8], "seed_everything": [0, 1, 2]}, zip=[[WIDTH, "seed_everything"]]),
+        "zipped keys need lists of one length",
+    ),
+    "over names no grid key": (
+        _bad_pairs(over=["model.init_args.net.init_args.depth"]),
+        "not a train.grid key",
+    ),
+    "vary names no grid key": (_bad_pairs(vary="seed"), "names 'seed', not a train.grid key"),
+    "reference no job has": (_bad_pairs(reference=7), "no training job has seed_everything=7"),
+    "unknown evaluate kind": (
+        tiny_study(evaluate=[{**tiny_study()["evaluate"][0], "kind": "merge"}]),
+        "unknown kind 'merge'; valid kinds: barrier",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_is_refused_before_any_job(tmp_path, case):
+    study, message = BAD[case]
+    path = write_study(tmp_path, study)
+    ran = []
+    with pytest.raises(StudyError, match=None) as err:
+        run_study(path, tmp_path / "out", runner=ran.append, log=lambda _: None)
+    assert message in str(err.value)
+    assert not ran and not (tmp_path / "out" / "jobs").exists()
+
+
+def test_shipped_example_plans(capsys):
+    from lmc.cli import main
+    from tests.helpers import CONFIGS
+
+    study, jobs = load_and_plan(CONFIGS / "studies" / "003_width.yaml")
+    train = [j for j in jobs if j.stage == "train"]
+    assert len(train) == 18 and len(jobs) == 18 + 12
+    assert {j.coordinates[WIDTH] for j in train} == {4, 8, 16, 32, 64, 128}
+    main(["study", "plan", str(CONFIGS / "studies" / "003_width.yaml")])
+    assert "study 003_width: 30 jobs" in capsys.readouterr().out
+
+
+def test_a_repeated_value_is_refused_but_not_within_a_zip(tmp_path):
+    std = "model.init_args.net.init_args.init_std"
+    study = tiny_study(grid={WIDTH: [4, 8], std: [0.1, 0.1], "seed_everything": [0, 1]})
+    study["evaluate"] = []
+    with pytest.raises(StudyError, match=f"{std} repeats a value"):
+        load_and_plan(write_study(tmp_path, study))
+    study["train"]["zip"] = [[WIDTH, std]]
+    _, jobs = load_and_plan(write_study(tmp_path, study))
+    assert len(jobs) == 4
+
+
+def test_ids_follow_the_base_config_content_not_its_comments(tmp_path):
+    from tests.helpers import CONFIGS
+
+    base = tmp_path / "base.yaml"
+    text = (CONFIGS / "synthetic" / "teacher_student.yaml").read_text()
+    base.write_text(text)
+    study = tiny_study(config=[str(base)], grid={"seed_everything": [0, 1]}, evaluate=[])
+    _, jobs = load_and_plan(write_study(tmp_path, study))
+    base.write_text("# a new comment\n" + text)
+    _, same = load_and_plan(write_study(tmp_path, study))
+    assert [j.id for j in same] == [j.id for j in jobs]
+    base.write_text(text.replace("lr: 0.2", "lr: 0.1"))
+    _, changed = load_and_plan(write_study(tmp_path, study))
+    assert not {j.id for j in changed} & {j.id for j in jobs}

@@ -1,0 +1,135 @@
+"""Running a tiny study: all jobs finish, reruns skip done jobs, a killed job is redone, a
+failing job is recorded, the lock and the study name guard the folder, results are one table."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from lmc.cli import main
+from lmc.studies import StudyError, StudyStore, run_study, status
+from lmc.studies.results import results
+from tests.helpers import run_dirs
+from tests.studies.conftest import WIDTH, copy_run, tiny_study, write_study
+
+
+def _records(out):
+    return {p.parent.name: json.loads(p.read_text()) for p in out.rglob("job.json")}
+
+
+def test_run_finishes_every_job_and_status_says_so(tiny_run, capsys):
+    _, out = tiny_run
+    assert status(out) == {
+        "train": {"done": 4, "failed": 0, "pending": 0},
+        "barrier": {"done": 2, "failed": 0, "pending": 0},
+    }
+    records = _records(out)
+    assert len(records) == 6 and all(r["status"] == "done" for r in records.values())
+    assert all((out / r["run_dir"] / "config.yaml").is_file() for r in records.values())
+    main(["study", "status", str(out)])
+    assert "train      done 4  failed 0  pending 0" in capsys.readouterr().out
+
+
+def test_rerun_skips_every_done_job(tiny_run, tmp_path):
+    path, _ = tiny_run
+    out = copy_run(tiny_run, tmp_path)
+    before = run_dirs(out)
+    ran = []
+    summary = run_study(path, out, runner=ran.append, log=lambda _: None)
+    assert not ran and len(summary.skipped) == 6
+    assert run_dirs(out) == before
+
+
+def test_killed_jobs_are_redone_and_only_they(tiny_run, tmp_path):
+    path, _ = tiny_run
+    out = copy_run(tiny_run, tmp_path)
+    store = StudyStore(out)
+    train = [j for j in store.plan() if j["stage"] == "train"]
+    resumable, fresh = train[0], train[1]
+    # killed after its last checkpoint: resumes from it; killed before any: starts over
+    (store.job_dir(resumable) / "job.json").unlink()
+    (store.job_dir(fresh) / "job.json").unlink()
+    old_run = store.run_dir(fresh)
+    (old_run / "checkpoints" / "last.ckpt").unlink()
+    (old_run / "left_by_the_killed_attempt").touch()
+    before = _records(out)
+    summary = run_study(path, out, log=lambda _: None)
+    assert sorted(summary.ran) == sorted([resumable["id"], fresh["id"]])
+    assert summary.resumed == [resumable["id"]]
+    after = _records(out)
+    assert all(after[k] == v for k, v in before.items())  # the others untouched
+    assert after[resumable["id"]]["resumed"] and not after[fresh["id"]]["resumed"]
+    rerun = store.run_dir(fresh)  # the partial folder was removed, then the job ran anew
+    assert not (rerun / "left_by_the_killed_attempt").exists()
+    assert (rerun / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_failing_job_is_recorded_and_the_others_run(tmp_path):
+    path = write_study(tmp_path, tiny_study())
+
+    def runner(args):
+        if args[0] == "fit" and "--seed_everything=1" in args and f"--{WIDTH}=8" in args:
+            raise RuntimeError("boom")
+        main(args)
+
+    summary = run_study(path, tmp_path / "out", runner=runner, log=lambda _: None)
+    assert len(summary.ran) == 4 and len(summary.failed) == 2  # the job and its barrier
+    records = _records(tmp_path / "out")
+    failed = [r for r in records.values() if r["status"] == "failed"]
+    train = next(r for r in failed if r["stage"] == "train")
+    assert train["error"] == "RuntimeError: boom" and "boom" in train["log_tail"]
+    barrier = next(r for r in failed if r["stage"] == "barrier")
+    assert train["id"] in barrier["error"]
+    assert status(tmp_path / "out")["train"] == {"done": 3, "failed": 1, "pending": 0}
+
+
+def test_the_lock_refuses_a_second_run(tmp_path):
+    path = write_study(tmp_path, tiny_study())
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".lock").write_text(str(os.getpid()))  # a live process holds it
+    with pytest.raises(StudyError, match=f"being run by process {os.getpid()}"):
+        run_study(path, out, runner=lambda a: None, log=lambda _: None)
+    assert not (out / "jobs").exists()
+    # a lock whose process is gone is stale and taken over
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (out / ".lock").write_text(str(dead.pid))
+    with StudyStore(out).lock():
+        assert (out / ".lock").read_text() == str(os.getpid())
+    assert not (out / ".lock").exists()
+
+
+def test_a_folder_of_another_study_is_refused_unless_forced(tiny_run, tmp_path):
+    out = copy_run(tiny_run, tmp_path)
+    other = write_study(tmp_path, tiny_study(name="other"))
+    with pytest.raises(StudyError, match="holds the study 'tiny', not 'other'.*--force"):
+        run_study(other, out, runner=lambda a: None, log=lambda _: None)
+    summary = run_study(other, out, force=True, runner=lambda a: None, log=lambda _: None)
+    assert len(summary.skipped) == 6  # same jobs, already done
+
+
+def test_results_table(tiny_run):
+    _, out = tiny_run
+    table = results(out)
+    assert list(table.columns) == ["stage", "job", WIDTH, "seed_everything", "metric", "value"]
+    assert not table.duplicated(["job", "metric"]).any()
+    train = table[table.stage == "train"]
+    assert train.job.nunique() == 4 and {"train/loss", "test/loss"} <= set(train.metric)
+    barrier = table[(table.stage == "barrier") & (table.metric == "barrier_loss_matched")]
+    assert sorted(barrier[WIDTH]) == [4, 8] and list(barrier.seed_everything) == [1, 1]
+    assert barrier.value.notna().all()
+
+
+def test_an_edited_study_runs_only_its_new_jobs(tiny_run, tmp_path):
+    out = copy_run(tiny_run, tmp_path)
+    more = tiny_study(grid={WIDTH: [4, 8], "seed_everything": [0, 1, 2]})
+    ran = []
+    summary = run_study(write_study(tmp_path, more), out, runner=ran.append, log=lambda _: None)
+    assert len(summary.skipped) == 6
+    started = [(a[0], a[a.index("--seed_everything=2")] if a[0] == "fit" else "") for a in ran]
+    assert started == [("fit", "--seed_everything=2")] * 2  # barriers wait for their inputs
+    assert len(summary.failed) == 4  # fake runner: no run folders, so nothing new is done
