@@ -1,6 +1,7 @@
 """Run a study: check it, plan it, then run its jobs in order (train, then each evaluate stage),
 in this process, one after the other, through the ``lmc`` CLI entry point. Done jobs are
-skipped; a failed job is recorded with its error and the others go on (unless fail_fast)."""
+skipped (an evaluate job only while its input train jobs are the runs it used); a failed job
+is recorded with its error and the others go on (unless fail_fast)."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def run_study(
         by_id = {j.id: j for j in jobs}
         for i, job in enumerate(jobs, 1):
             name = f"[{i}/{len(jobs)}] {job.stage} {job.id} {job.coordinates}"
-            if store.is_done(job):
+            if store.is_done(job) and not _stale(store, job, by_id):
                 summary.skipped.append(job.id)
                 continue
             missing = [d for d in job.inputs if not store.is_done(by_id[d])]
@@ -103,22 +104,35 @@ def run_study(
                 if fail_fast:
                     break
                 continue
-            ok = _run_job(
-                store, job, [store.run_dir(by_id[d]) for d in job.inputs], runner, summary
-            )
+            inputs = [by_id[d] for d in job.inputs]
+            ok = _run_job(store, job, inputs, runner, summary)
             log(f"{name}: {'done' if ok else 'failed'}")
             if not ok and fail_fast:
                 break
     return summary
 
 
+def _input_stamps(store: StudyStore, inputs: list[Job]) -> dict[str, str | None]:
+    """When each input job finished: an evaluate job is redone when an input was redone."""
+    return {d.id: (store.record(d) or {}).get("finished") for d in inputs}
+
+
+def _stale(store: StudyStore, job: Job, by_id: dict[str, Job]) -> bool:
+    """A done evaluate job whose input train jobs finished again since it ran."""
+    if not job.inputs:
+        return False
+    used = (store.record(job) or {}).get("inputs_finished")
+    return used != _input_stamps(store, [by_id[d] for d in job.inputs])
+
+
 def _run_job(
     store: StudyStore,
     job: Job,
-    inputs: list[Path],
+    input_jobs: list[Job],
     runner: Callable[[list[str]], None],
     summary: RunSummary,
 ) -> bool:
+    inputs = [store.run_dir(d) for d in input_jobs]
     job_dir = store.job_dir(job)
     partial = store.partial_run(job) if job.command == "fit" else None
     if partial is None:
@@ -150,6 +164,7 @@ def _run_job(
         "started": started,
         "finished": _now(),
         "seconds": round(time.perf_counter() - t0, 3),
+        "inputs_finished": _input_stamps(store, input_jobs),
     }
     if status == "done":
         try:
