@@ -8,7 +8,8 @@ import os
 import pickle
 import re
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -79,33 +80,44 @@ def save_net_checkpoint(
     atomic_write(path, lambda f: torch.save(payload, f))
 
 
-def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "wb") -> Path:
-    """Write a file through ``write(file_object)`` to a temporary name in the same folder, flush
-    it to disk, then rename it over ``path``: a reader sees the old file or the whole new one,
-    never a part, and a failure (e.g. a full disk) leaves the previous file in place.
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` (same folder and suffix) to write to; renamed onto
+    ``path`` with ``os.replace`` when the block succeeds, removed in any case, so ``path`` holds
+    the old file or the whole new one, never a part.
 
     Raises:
-        OSError: the write failed; the message names the file and says the old one was kept.
+        OSError: the write or the rename failed; the message names the file and says the old one
+            was kept.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(
+        prefix=f".{path.name}.", suffix=f".tmp{path.suffix}", dir=path.parent
+    )
+    os.close(fd)
+    tmp = Path(name)
     try:
-        with os.fdopen(fd, mode) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
         os.replace(tmp, path)
-    except BaseException as err:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise OSError(
-                err.errno,
-                f"could not write {path} ({err.strerror or err}; disk full or read-only?); "
-                "the previous file, if any, is unchanged",
-            ) from err
-        raise
-    return path
+    except OSError as err:
+        raise OSError(
+            err.errno,
+            f"could not write {path} ({err.strerror or err}; disk full or read-only?); "
+            "the previous file, if any, is unchanged",
+        ) from err
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "wb") -> Path:
+    """Write a file through ``write(file_object)`` atomically (:func:`atomic_path`), flushed to
+    disk before the rename."""
+    with atomic_path(path) as tmp, open(tmp, mode) as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    return Path(path)
 
 
 _STEP = re.compile(r"step=(\d+)")

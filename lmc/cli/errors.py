@@ -11,7 +11,7 @@ import os
 import re
 import sys
 import warnings
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from lightning.pytorch.cli import LightningArgumentParser
 
@@ -106,4 +106,4 @@ def quiet_third_party() -> None:
     warnings.filterwarnings("ignore", message=r"The anonymous setting has no effect")
 
 
-__all__: list[Any] = ["LMCArgumentParser", "condensed_error", "quiet_third_party"]
+__all__ = ["LMCArgumentParser", "condensed_error", "quiet_third_party"]

@@ -16,7 +16,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from lmc.results.record import RunRecord, atomic_path
+from lmc.io import atomic_path
+from lmc.results.record import RunRecord
 
 MERGE_PANELS = (
     ("acc", "accuracy of the merge", True),
@@ -42,7 +43,6 @@ def save_figure(fig: Figure, path: Path, dpi: int = 110) -> Path:
     """Save ``fig`` to ``path`` atomically (temporary name in the same folder, then
     ``os.replace``); returns ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=dpi, format=path.suffix.lstrip(".") or "png")
     return path

@@ -14,15 +14,14 @@ import dataclasses
 import json
 import math
 import numbers
-import os
 import platform
-import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from lmc.io import atomic_write
 
 SCHEMA = "lmc.results"
 VERSION = 1
@@ -207,19 +206,6 @@ def record_to_json(record: RunRecord) -> dict[str, Any]:
     return payload
 
 
-@contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` (same suffix) to write; moved onto ``path`` with
-    ``os.replace`` when the block succeeds, deleted when it fails (``path`` is untouched)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:12]}.tmp{path.suffix}")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def write_record(run_dir: str | Path, record: RunRecord) -> Path:
     """Write ``record`` to ``<run_dir>/summary.json`` as strict JSON, atomically.
 
@@ -230,12 +216,7 @@ def write_record(run_dir: str | Path, record: RunRecord) -> Path:
     path = Path(run_dir) / RECORD_FILE
     payload = record_to_json(record)
     text = json.dumps(payload, indent=2, allow_nan=False) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+    atomic_write(path, lambda f: f.write(text), mode="w")
     record.nonfinite = payload["nonfinite"]
     return path
 

@@ -106,11 +106,6 @@ def resumable_runs(root: Path) -> list[Path]:
     )
 
 
-def _section(cfg: Any, key: str) -> Any:
-    value = cfg.get(key) if hasattr(cfg, "get") else None
-    return value.as_dict() if hasattr(value, "as_dict") else value
-
-
 def same_experiment(saved: dict[str, Any], current: dict[str, Any]) -> bool:
     """Whether a run's saved config is the experiment ``current`` describes (model, data and
     seed; trainer and logger settings may differ)."""
