@@ -22,6 +22,8 @@ class WandbLogger(_LightningWandbLogger):
     * ``save_dir=None`` is resolved by ``lmc``'s CLI to ``trainer.default_root_dir`` before the
       logger is built, so everything of a run lands under one explicit directory.
     * No entity or project is hard-coded beyond the project name ``lmc``.
+    * ``group`` and ``job_type`` are W&B's; ``lmc study run`` sets them to the study's name and
+      the job's stage when the config leaves them empty.
     """
 
     def __init__(
@@ -33,6 +35,7 @@ class WandbLogger(_LightningWandbLogger):
         log_model: bool = False,
         tags: list[str] | None = None,
         group: str | None = None,
+        job_type: str | None = None,
         **kwargs: Any,
     ) -> None:
         if offline is None:
@@ -48,6 +51,7 @@ class WandbLogger(_LightningWandbLogger):
             log_model=log_model,
             tags=tags,
             group=group,
+            job_type=job_type,
             **kwargs,
         )
 

@@ -22,6 +22,26 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--force", action="store_true", help="run in a folder made by a study of another name"
     )
+    r.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="local worker processes, each running many jobs (default: the study file's "
+        "executor.workers, else 1 = in this process); one GPU each where GPUs exist",
+    )
+    r.add_argument(
+        "--executor",
+        default="local",
+        help="local (this machine) or submitit (SLURM or submitit's local executor, with the "
+        "study file's executor.submitit options; pip install -e '.[slurm]')",
+    )
+    r.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="run only shard I of N (for machines without a scheduler); copy the shard "
+        "folders together for the whole study",
+    )
     s = sub.add_parser("status", help="done / failed / pending jobs per stage")
     s.add_argument("dir")
     return parser
@@ -54,10 +74,20 @@ def _dispatch(ns: argparse.Namespace, in_process: bool) -> None:
             print(f"{job.stage:10s} {job.id}  {coords}{inputs}")
             print(f"    lmc {' '.join(job.args)}")
     elif ns.command == "run":
-        summary = run_study(ns.file, ns.dir, fail_fast=ns.fail_fast, force=ns.force)
+        summary = run_study(
+            ns.file,
+            ns.dir,
+            fail_fast=ns.fail_fast,
+            force=ns.force,
+            workers=ns.workers,
+            executor=ns.executor,
+            shard_spec=ns.shard,
+            progress_bar=sys.stderr.isatty(),
+        )
         print(
             f"ran {len(summary.ran)}, skipped {len(summary.skipped)} done, failed "
-            f"{len(summary.failed)}, resumed {len(summary.resumed)}; lmc study status {ns.dir}"
+            f"{len(summary.failed)}, resumed {len(summary.resumed)} in "
+            f"{summary.seconds / 60:.1f} min; lmc study status {ns.dir}"
         )
         if summary.failed and not in_process:
             raise SystemExit(1)  # the console sees failed jobs in the exit status

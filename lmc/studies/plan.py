@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from lmc.studies.check import cli_value, config_args, has_key
-from lmc.studies.schema import TRAIN_STAGE, EvaluateStage, Study, StudyError
+from lmc.studies.schema import TRAIN_STAGE, EvaluateStage, Pairs, Study, StudyError
 
 CHECKPOINTS_KEY = "model.init_args.checkpoints"
 
@@ -98,41 +98,66 @@ def _coord_args(coords: Mapping[str, Any]) -> list[str]:
     return [f"--{k}={cli_value(v)}" for k, v in coords.items()]
 
 
+def _selections(stage: EvaluateStage, train_jobs: list[Job]) -> list[list[Job]]:
+    """The train jobs each evaluate job of ``stage`` takes, in order: per pair, the reference
+    model then the other; per group, one model per selected value of ``vary``."""
+    select = stage.select
+    over, vary = select.over, select.vary
+
+    def key(job: Job) -> tuple[str, ...]:
+        return tuple(repr(job.coordinates[k]) for k in over)
+
+    if isinstance(select, Pairs):
+        refs = [j for j in train_jobs if j.coordinates[vary] == select.reference]
+        return [
+            [ref, other]
+            for ref in refs
+            for other in train_jobs
+            if other is not ref and key(other) == key(ref)
+        ]
+    order = list(select.values) if select.values is not None else None
+    groups: dict[tuple[str, ...], list[Job]] = {}
+    for job in train_jobs:
+        if order is None or job.coordinates[vary] in order:
+            groups.setdefault(key(job), []).append(job)
+    if order is not None:
+        for members in groups.values():
+            members.sort(key=lambda j: order.index(j.coordinates[vary]))
+    return [members for members in groups.values() if len(members) >= 2]
+
+
 def _evaluate_jobs(
     stage: EvaluateStage, train_jobs: list[Job], resolved: Mapping[str, Any] | None
 ) -> list[Job]:
-    pairs = stage.pairs
-    # a pair shares its `over` coordinates; those the evaluate config has (e.g. the width of its
-    # net) are passed to it
-    passed = [k for k in pairs.over if resolved is None or has_key(resolved, k)]
+    select = stage.select
+    # the selected models share their `over` coordinates; those the evaluate config has (e.g.
+    # the width of its net) are passed to it
+    passed = [k for k in select.over if resolved is None or has_key(resolved, k)]
     jobs = []
-    for ref in train_jobs:
-        if ref.coordinates[pairs.vary] != pairs.reference:
-            continue
-        for other in train_jobs:
-            same = all(other.coordinates[k] == ref.coordinates[k] for k in pairs.over)
-            if not same or other is ref:
-                continue
-            coords = {k: ref.coordinates[k] for k in pairs.over}
-            coords[pairs.vary] = other.coordinates[pairs.vary]
-            args = (
+    for members in _selections(stage, train_jobs):
+        first = members[0].coordinates
+        coords = {k: first[k] for k in select.over}
+        values = [m.coordinates[select.vary] for m in members]
+        coords[select.vary] = values[1] if isinstance(select, Pairs) else values
+        args = (
+            "validate",
+            *config_args(stage.configs, stage.args),
+            *_coord_args({k: first[k] for k in passed}),
+        )
+        inputs = tuple(m.id for m in members)
+        jobs.append(
+            Job(
+                stage.name,
                 "validate",
-                *config_args(stage.configs, stage.args),
-                *_coord_args({k: ref.coordinates[k] for k in passed}),
+                coords,
+                args,
+                inputs,
+                job_id(stage.name, "validate", args, inputs, stage.configs),
             )
-            inputs = (ref.id, other.id)
-            jobs.append(
-                Job(
-                    stage.name,
-                    "validate",
-                    coords,
-                    args,
-                    inputs,
-                    job_id(stage.name, "validate", args, inputs, stage.configs),
-                )
-            )
+        )
     if not jobs:
-        raise StudyError(f"evaluate stage {stage.name!r} selects no pair of training jobs")
+        what = "pair" if isinstance(select, Pairs) else "group of two or more"
+        raise StudyError(f"evaluate stage {stage.name!r} selects no {what} of training jobs")
     return jobs
 
 
@@ -176,3 +201,58 @@ def job_args(job: Job, job_dir: Path, input_runs: list[Path]) -> list[str]:
         args.append(f"--{CHECKPOINTS_KEY}=[{', '.join(str(r) for r in input_runs)}]")
     args.append(f"--trainer.default_root_dir={job_dir}")
     return args
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` -> ``(i, n)`` with ``1 <= i <= n``.
+
+    Raises:
+        StudyError: anything else.
+    """
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        i = n = 0
+    if not 1 <= i <= n:
+        raise StudyError(
+            f"--shard {text}: give i/n with 1 <= i <= n (shard i of n machines), e.g. 1/2"
+        )
+    return i, n
+
+
+def shard(jobs: list[Job], i: int, n: int) -> tuple[list[Job], list[Job]]:
+    """Shard ``i`` of ``n`` of the study's jobs, and the evaluate jobs no shard runs.
+
+    The unit is a group of jobs that evaluate jobs link (e.g. one width's trainings and their
+    barriers), so every shard runs its evaluate jobs with its own trainings; groups go to shards
+    largest first, each to the shard with the fewest jobs. When there are fewer groups than
+    shards, the train jobs are dealt out one by one and the evaluate jobs are left for one run
+    over the shard folders copied together (the second list).
+    """
+    parent = {j.id: j.id for j in jobs}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for job in jobs:
+        for dep in job.inputs:
+            parent[find(dep)] = find(job.id)
+    groups: dict[str, list[Job]] = {}
+    for job in jobs:
+        groups.setdefault(find(job.id), []).append(job)
+    units = list(groups.values())
+    left: list[Job] = []
+    if len(units) < n:
+        units = [[j] for j in jobs if not j.inputs]
+        left = [j for j in jobs if j.inputs]
+    loads = [0] * n
+    mine: set[str] = set()
+    for unit in sorted(units, key=len, reverse=True):  # stable: plan order among equals
+        k = loads.index(min(loads))
+        loads[k] += len(unit)
+        if k == i - 1:
+            mine.update(j.id for j in unit)
+    return [j for j in jobs if j.id in mine], left

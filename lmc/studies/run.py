@@ -1,25 +1,27 @@
-"""Run a study: check it, plan it, then run its jobs in order (train, then each evaluate stage),
-in this process, one after the other, through the ``lmc`` CLI entry point. Done jobs are
-skipped (an evaluate job only while its input train jobs are the runs it used); a failed job
-is recorded with its error and the others go on (unless fail_fast)."""
+"""Run a study: check it, plan it, then schedule its jobs on an executor (this process, warm
+local workers, or submitit): a job starts once the jobs it reads are settled, done jobs are
+skipped (an evaluate job only while its inputs are the runs it used), a failed job is recorded
+and the others go on (unless fail_fast), and progress (done / running / failed, elapsed, ETA)
+is shown as jobs end."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from lmc.studies.check import check_study
-from lmc.studies.plan import Job, job_args, plan
+from lmc.studies.execute import Runner, input_stamps, now
+from lmc.studies.executors import Handle, make_executor
+from lmc.studies.plan import Job, parse_shard, plan, shard
 from lmc.studies.schema import Study, load_study
 from lmc.studies.store import StudyStore
 
-LOG_TAIL_LINES = 40
+POLL_SECONDS = 0.05
 
 
 @dataclass
@@ -30,33 +32,12 @@ class RunSummary:
     skipped: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
-
-
-class _Tee:
-    """Write to a stream and keep a copy (the job's log tail)."""
-
-    def __init__(self, stream: TextIO, lines: list[str]) -> None:
-        self.stream, self.lines = stream, lines
-
-    def write(self, text: str) -> int:
-        self.lines.append(text)
-        return self.stream.write(text)
-
-    def flush(self) -> None:
-        self.stream.flush()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.stream, name)
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _default_runner(args: list[str]) -> None:
-    from lmc.cli import main
-
-    main(args)
+    #: evaluate jobs this shard leaves to a run over the shard folders copied together
+    left_to_merge: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    #: seconds the jobs that ran spent in their own run (``lmc fit``/``validate``), summed
+    job_seconds: float = 0.0
+    workers: int = 1
 
 
 def load_and_plan(path: str | Path) -> tuple[Study, list[Job]]:
@@ -65,112 +46,201 @@ def load_and_plan(path: str | Path) -> tuple[Study, list[Job]]:
     return study, plan(study, check_study(study))
 
 
-def run_study(
-    path: str | Path,
-    root: str | Path,
-    fail_fast: bool = False,
-    force: bool = False,
-    runner: Callable[[list[str]], None] = _default_runner,
-    log: Callable[[str], None] = print,
-) -> RunSummary:
-    """Run the study file ``path`` in the folder ``root``.
-
-    Every check (keys, types, grid keys against the base configs, pairs) runs before any job.
-    A train job that a killed attempt left with ``last.ckpt`` resumes from it
-    (``--ckpt_path <run folder>``); any other unfinished attempt is removed and redone.
-
-    Raises:
-        StudyError: bad study file, a folder of another study (without ``force``), or a folder
-            another live process runs.
-    """
-    study, jobs = load_and_plan(path)
-    store = StudyStore(root)
-    summary = RunSummary()
-    with store.lock():
-        store.init(study, jobs, force=force)
-        by_id = {j.id: j for j in jobs}
-        for i, job in enumerate(jobs, 1):
-            name = f"[{i}/{len(jobs)}] {job.stage} {job.id} {job.coordinates}"
-            if store.is_done(job) and not _stale(store, job, by_id):
-                summary.skipped.append(job.id)
-                continue
-            missing = [d for d in job.inputs if not store.is_done(by_id[d])]
-            if missing:
-                error = f"needs train job(s) {', '.join(missing)}, which did not finish"
-                store.clear(job)
-                store.write_record(job, {"status": "failed", "error": error, "log_tail": ""})
-                summary.failed.append(job.id)
-                log(f"{name}: failed ({error})")
-                if fail_fast:
-                    break
-                continue
-            inputs = [by_id[d] for d in job.inputs]
-            ok = _run_job(store, job, inputs, runner, summary)
-            log(f"{name}: {'done' if ok else 'failed'}")
-            if not ok and fail_fast:
-                break
-    return summary
-
-
-def _input_stamps(store: StudyStore, inputs: list[Job]) -> dict[str, str | None]:
-    """When each input job finished: an evaluate job is redone when an input was redone."""
-    return {d.id: (store.record(d) or {}).get("finished") for d in inputs}
-
-
 def _stale(store: StudyStore, job: Job, by_id: dict[str, Job]) -> bool:
     """A done evaluate job whose input train jobs finished again since it ran."""
     if not job.inputs:
         return False
     used = (store.record(job) or {}).get("inputs_finished")
-    return used != _input_stamps(store, [by_id[d] for d in job.inputs])
+    return used != input_stamps(store, [by_id[d] for d in job.inputs])
 
 
-def _run_job(
-    store: StudyStore,
-    job: Job,
-    input_jobs: list[Job],
-    runner: Callable[[list[str]], None],
-    summary: RunSummary,
-) -> bool:
-    inputs = [store.run_dir(d) for d in input_jobs]
-    job_dir = store.job_dir(job)
-    partial = store.partial_run(job) if job.command == "fit" else None
-    if partial is None:
-        store.clear(job)
-    job_dir.mkdir(parents=True, exist_ok=True)
-    args = job_args(job, job_dir, inputs)
-    if partial is not None:
-        args.append(f"--ckpt_path={partial}")
-        summary.resumed.append(job.id)
-    started, t0 = _now(), time.perf_counter()
-    lines: list[str] = []
-    out, err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _Tee(out, lines), _Tee(err, lines)
-    try:
-        runner(args)
-        status, error = "done", None
-    except Exception as exc:  # a job's failure is recorded, the study goes on
-        status, error = "failed", f"{type(exc).__name__}: {exc}"
-        lines.append(traceback.format_exc())
-    finally:
-        sys.stdout, sys.stderr = out, err
-    tail = "".join(lines).splitlines()[-LOG_TAIL_LINES:]
-    payload = {
-        "status": status,
-        "error": error,
-        "log_tail": "\n".join(tail) if status == "failed" else "",
-        "resolved_args": args,
-        "resumed": partial is not None,
-        "started": started,
-        "finished": _now(),
-        "seconds": round(time.perf_counter() - t0, 3),
-        "inputs_finished": _input_stamps(store, input_jobs),
-    }
-    if status == "done":
+def _study_arg(study: Study, job: Job) -> str:
+    """``--study`` of a job: its study, stage, id and coordinates, which the CLI gives the
+    W&B logger as group, job_type and config."""
+    info = {"name": study.name, "stage": job.stage, "job": job.id, "coordinates": job.coordinates}
+    return f"--study={json.dumps(info, default=str)}"
+
+
+class _Progress:
+    """Counts, elapsed time and ETA, as a tqdm bar on a terminal and in each job's line."""
+
+    def __init__(self, total: int, name: str, log: Callable[[str], None], bar: bool) -> None:
+        self.total, self.log, self.t0 = total, log, time.perf_counter()
+        self.done = self.failed = self.running = 0
+        self.ran = 0
+        self.bar = None
+        if bar:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc=name, unit="job", file=sys.stderr, leave=True)
+
+    def counts(self) -> str:
+        elapsed = time.perf_counter() - self.t0
+        left = self.total - self.done - self.failed
+        eta = elapsed / self.ran * left if self.ran else None  # at the rate so far
+        eta_text = f"{eta / 60:.1f} min" if eta is not None else "?"
+        return (
+            f"done {self.done}/{self.total}, running {self.running}, failed {self.failed}, "
+            f"{elapsed / 60:.1f} min, eta {eta_text}"
+        )
+
+    def settle(self, line: str | None, ok: bool, ran: bool) -> None:
+        self.done += ok
+        self.failed += not ok
+        self.ran += ran
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"running {self.running}, failed {self.failed}")
+            self.bar.update(1)
+        if line is not None:
+            text = f"{line} [{self.counts()}]"
+            if self.bar is not None:
+                self.bar.write(text, file=sys.stderr)
+            else:
+                self.log(text)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_study(
+    path: str | Path,
+    root: str | Path,
+    fail_fast: bool = False,
+    force: bool = False,
+    runner: Runner | None = None,
+    log: Callable[[str], None] = print,
+    workers: int | None = None,
+    executor: str = "local",
+    shard_spec: str | None = None,
+    progress_bar: bool = False,
+) -> RunSummary:
+    """Run the study file ``path`` in the folder ``root``.
+
+    Every check (keys, types, grid keys against the base configs, selections, workers, shard,
+    executor options) runs before any job.
+
+    Args:
+        runner: run ``lmc <args>`` some other way (tests); jobs then run in this process.
+        workers: local worker processes (default: the study file's ``executor.workers``, else
+            1 = in this process).
+        executor: ``local`` or ``submitit`` (the study file's ``executor.submitit`` options).
+        shard_spec: ``"i/n"``: run only shard ``i`` of ``n`` (:func:`lmc.studies.plan.shard`).
+        progress_bar: a live tqdm bar (the CLI shows one on a terminal).
+
+    Raises:
+        StudyError: bad study file or options, a folder of another study (without ``force``),
+            or a folder another live process runs.
+    """
+    t_start = time.perf_counter()
+    study = load_study(path)
+    store = StudyStore(root)
+    workers = study.executor.workers if workers is None else workers
+    summary = RunSummary(workers=workers)
+    shard_of = parse_shard(shard_spec) if shard_spec is not None else None
+    with store.lock():
+        # the workers warm up while the study is checked against its configs
+        pool = make_executor(executor, workers, store.root, study.executor.submitit, runner)
         try:
-            payload["run_dir"] = str(store.run_dir(job).relative_to(store.root))
-        except Exception as exc:  # no single run folder: not usable as done
-            payload.update(status="failed", error=str(exc))
-    store.write_record(job, payload)
-    (summary.ran if payload["status"] == "done" else summary.failed).append(job.id)
-    return payload["status"] == "done"
+            jobs = plan(study, check_study(study))
+            selected, left = shard(jobs, *shard_of) if shard_of else (jobs, [])
+            summary.left_to_merge = [j.id for j in left]
+            store.init(study, jobs, force=force)
+            _schedule(study, jobs, selected, store, pool, summary, fail_fast, log, progress_bar)
+        finally:
+            pool.close()
+    if left:
+        log(
+            f"this shard leaves {len(left)} evaluate job(s) whose trainings other shards run: "
+            "copy the shard folders together and run `lmc study run` over it once more"
+        )
+    summary.seconds = time.perf_counter() - t_start
+    return summary
+
+
+def _schedule(
+    study: Study,
+    jobs: list[Job],
+    selected: list[Job],
+    store: StudyStore,
+    pool: Any,
+    summary: RunSummary,
+    fail_fast: bool,
+    log: Callable[[str], None],
+    progress_bar: bool,
+) -> None:
+    by_id = {j.id: j for j in jobs}
+    index = {j.id: i for i, j in enumerate(jobs, 1)}
+    waiting = list(selected)
+    running: dict[str, Handle] = {}
+    progress = _Progress(len(selected), study.name, log, progress_bar)
+
+    def name(job: Job) -> str:
+        return f"[{index[job.id]}/{len(jobs)}] {job.stage} {job.id} {job.coordinates}"
+
+    def fail(job: Job, error: str) -> None:
+        store.clear(job)
+        store.write_record(job, {"status": "failed", "error": error, "log_tail": ""})
+        summary.failed.append(job.id)
+        progress.settle(f"{name(job)}: failed ({error})", ok=False, ran=False)
+
+    stop = False
+    try:
+        while waiting or running:
+            changed = False
+            for job in list(waiting):
+                if stop:
+                    break
+                open_ids = {j.id for j in waiting} | set(running)
+                if any(d in open_ids for d in job.inputs):
+                    continue  # an input is still to run in this study run
+                changed = True
+                if store.is_done(job) and not _stale(store, job, by_id):
+                    waiting.remove(job)
+                    summary.skipped.append(job.id)
+                    progress.settle(None, ok=True, ran=False)
+                    continue
+                missing = [d for d in job.inputs if not store.is_done(by_id[d])]
+                if missing:
+                    waiting.remove(job)
+                    fail(job, f"needs train job(s) {', '.join(missing)}, which did not finish")
+                    stop = fail_fast
+                    continue
+                if pool.capacity is not None and len(running) >= pool.capacity:
+                    changed = False  # not started after all
+                    break
+                waiting.remove(job)
+                inputs = [by_id[d] for d in job.inputs]
+                if job.command == "fit" and store.partial_run(job) is not None:
+                    summary.resumed.append(job.id)
+                progress.running += 1
+                running[job.id] = pool.submit(store.root, job, inputs, [_study_arg(study, job)])
+            if stop:
+                waiting.clear()
+            ended = [jid for jid, handle in running.items() if handle.done()]
+            if not ended:
+                if not running and waiting and not changed:
+                    raise RuntimeError(f"no job can start: {[j.id for j in waiting]}")
+                time.sleep(POLL_SECONDS)
+                continue
+            for jid in ended:
+                job, handle = by_id[jid], running.pop(jid)
+                progress.running -= 1
+                try:
+                    record = handle.result()
+                except Exception as exc:  # the worker process itself died or was lost
+                    record = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+                    store.write_record(
+                        job, {**record, "log_tail": "", "finished": now(), "worker_lost": True}
+                    )
+                ok = record.get("status") == "done"
+                summary.job_seconds += float(record.get("seconds") or 0.0)
+                (summary.ran if ok else summary.failed).append(jid)
+                detail = "done" if ok else f"failed ({record.get('error')})"
+                if record.get("seconds"):
+                    detail += f" in {record['seconds']:.1f} s"
+                progress.settle(f"{name(job)}: {detail}", ok=ok, ran=True)
+                if not ok and fail_fast:
+                    stop = True
+    finally:
+        progress.close()

@@ -15,6 +15,18 @@ Layout (paths relative to the study file)::
         config: teacher_student_barrier.yaml        # an ``lmc validate`` config
         pairs: {over: [model.init_args.net.init_args.width], vary: seed_everything, reference: 0}
         args: []
+      - name: merge
+        kind: merge                                 # barrier | curve: pairs; merge: groups
+        config: merge.yaml
+        groups: {over: [model.init_args.net.init_args.width], vary: seed_everything}
+    executor:                                       # optional
+      workers: 2                                    # default of --workers
+      submitit: {slurm_partition: gpu, timeout_min: 60, gpus_per_node: 1}
+
+Every evaluate job sets ``model.init_args.checkpoints`` of its ``lmc validate`` config to the
+run folders of the models it selects: a pair (``pairs``: the model at ``vary == reference``,
+then another) or a group (``groups``: every model at the ``values`` of ``vary``, default all,
+in that order) of models that agree on every ``over`` key.
 """
 
 from __future__ import annotations
@@ -22,14 +34,17 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 TRAIN_STAGE = "train"
-EVALUATE_KINDS = ("barrier",)
+# kind -> how it selects its models: two at a time (pairs) or any number (groups)
+EVALUATE_KINDS = {"barrier": "pairs", "curve": "pairs", "merge": "groups"}
+# config keys of the network: models that differ in one cannot be aligned or merged
+ARCHITECTURE_PREFIXES = ("model.init_args.net",)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -47,12 +62,37 @@ class Pairs:
 
 
 @dataclass(frozen=True)
+class Groups:
+    """Groups of trained models: equal on every ``over`` key, one per value of ``vary`` in
+    ``values`` (all of them when ``None``), in that order."""
+
+    over: tuple[str, ...]
+    vary: str
+    values: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True)
 class EvaluateStage:
     name: str
     kind: str
     configs: tuple[Path, ...]
-    pairs: Pairs
+    pairs: Pairs | None = None
     args: tuple[str, ...] = ()
+    groups: Groups | None = None
+
+    @property
+    def select(self) -> Pairs | Groups:
+        return self.pairs if self.pairs is not None else self.groups  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Executor:
+    """How jobs run when the command line does not say: ``workers`` local worker processes,
+    and the submitit options (``cluster`` plus any ``update_parameters`` keyword: partition,
+    timeout, GPUs per job, array parallelism) for ``--executor submitit``."""
+
+    workers: int = 1
+    submitit: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -70,6 +110,7 @@ class Study:
     evaluate: tuple[EvaluateStage, ...]
     path: Path
     text: str
+    executor: Executor = field(default_factory=Executor)
 
     @property
     def digest(self) -> str:
@@ -168,10 +209,74 @@ def _train(value: Any, base: Path) -> TrainStage:
     )
 
 
+def _selection_keys(
+    select: Mapping[str, Any], where: str, train: TrainStage
+) -> tuple[tuple[str, ...], str]:
+    over = _str_list(select.get("over"), f"{where}.over")
+    vary = select["vary"]
+    grid_keys = ", ".join(train.grid)
+    for key in (*over, vary):
+        if key not in train.grid:
+            raise StudyError(f"{where} names {key!r}, not a train.grid key; grid keys: {grid_keys}")
+    if vary in over:
+        raise StudyError(f"{where}: {vary!r} cannot be both `vary` and in `over`")
+    for key in train.grid:
+        if key != vary and key not in over:
+            raise StudyError(
+                f"{where}: grid key {key!r} is neither in `over` nor `vary`; "
+                "add it to `over` (the selected models must agree on it)"
+            )
+    zipped = next((g for g in train.zip if vary in g), (vary,))
+    for key in zipped:
+        if any(key == p or key.startswith(p + ".") for p in ARCHITECTURE_PREFIXES):
+            raise StudyError(
+                f"{where} selects models that differ in {key!r}, a key of the network: their "
+                "weights cannot be aligned or merged. Put it in `over` and vary a seed instead"
+            )
+    if len(train.grid[vary]) < 2:
+        raise StudyError(f"{where}: {vary!r} has one value, so there is nothing to select")
+    return over, vary
+
+
+def _pairs(value: Any, where: str, train: TrainStage) -> Pairs:
+    pairs = _mapping(value, where)
+    _check_keys(pairs, where, ("vary", "reference"), ("over",))
+    over, vary = _selection_keys(pairs, where, train)
+    reference = pairs["reference"]
+    if reference not in train.grid[vary]:
+        raise StudyError(
+            f"{where}.reference {reference!r}: no training job has "
+            f"{vary}={reference!r}; its values: {train.grid[vary]!r}"
+        )
+    return Pairs(over=over, vary=vary, reference=reference)
+
+
+def _groups(value: Any, where: str, train: TrainStage) -> Groups:
+    groups = _mapping(value, where)
+    _check_keys(groups, where, ("vary",), ("over", "values"))
+    over, vary = _selection_keys(groups, where, train)
+    values = groups.get("values")
+    if values is not None:
+        if not isinstance(values, list) or len(values) < 2:
+            raise StudyError(
+                f"{where}.values must list two or more values of {vary}, got {values!r}"
+            )
+        for v in values:
+            if v not in train.grid[vary]:
+                raise StudyError(
+                    f"{where}.values: no training job has {vary}={v!r}; its values: "
+                    f"{train.grid[vary]!r}"
+                )
+        if len({repr(v) for v in values}) != len(values):
+            raise StudyError(f"{where}.values repeats a value: {values!r}")
+        values = tuple(values)
+    return Groups(over=over, vary=vary, values=values)
+
+
 def _evaluate(value: Any, i: int, base: Path, train: TrainStage) -> EvaluateStage:
     where = f"evaluate[{i}]"
     value = _mapping(value, where)
-    _check_keys(value, where, ("name", "kind", "config", "pairs"), ("args",))
+    _check_keys(value, where, ("name", "kind", "config"), ("pairs", "groups", "args"))
     name = value["name"]
     if not isinstance(name, str) or not _NAME.match(name) or name == TRAIN_STAGE:
         raise StudyError(
@@ -179,43 +284,41 @@ def _evaluate(value: Any, i: int, base: Path, train: TrainStage) -> EvaluateStag
             f"{TRAIN_STAGE!r} (letters, digits, _ . -), got {name!r}"
         )
     where = f"evaluate stage {name!r}"
-    if value["kind"] not in EVALUATE_KINDS:
+    kind = value["kind"]
+    if kind not in EVALUATE_KINDS:
         raise StudyError(
-            f"{where}: unknown kind {value['kind']!r}; valid kinds: {', '.join(EVALUATE_KINDS)}"
+            f"{where}: unknown kind {kind!r}; valid kinds: {', '.join(EVALUATE_KINDS)}"
         )
-    pairs = _mapping(value["pairs"], f"{where}.pairs")
-    _check_keys(pairs, f"{where}.pairs", ("vary", "reference"), ("over",))
-    over = _str_list(pairs.get("over"), f"{where}.pairs.over")
-    vary = pairs["vary"]
-    grid_keys = ", ".join(train.grid)
-    for key in (*over, vary):
-        if key not in train.grid:
-            raise StudyError(
-                f"{where}.pairs names {key!r}, not a train.grid key; grid keys: {grid_keys}"
-            )
-    if vary in over:
-        raise StudyError(f"{where}.pairs: {vary!r} cannot be both `vary` and in `over`")
-    for key in train.grid:
-        if key != vary and key not in over:
-            raise StudyError(
-                f"{where}.pairs: grid key {key!r} is neither in `over` nor `vary`; "
-                "add it to `over` (models of a pair must agree on it)"
-            )
-    reference = pairs["reference"]
-    if reference not in train.grid[vary]:
+    selector = EVALUATE_KINDS[kind]
+    other = "groups" if selector == "pairs" else "pairs"
+    if other in value:
         raise StudyError(
-            f"{where}.pairs.reference {reference!r}: no training job has "
-            f"{vary}={reference!r}; its values: {train.grid[vary]!r}"
+            f"{where}: a {kind} stage selects its models with `{selector}`, not `{other}`"
         )
-    if len(train.grid[vary]) < 2:
-        raise StudyError(f"{where}.pairs: {vary!r} has one value, so there is nothing to pair")
+    if selector not in value:
+        raise StudyError(f"{where} needs `{selector}` (which trained models it evaluates)")
+    parse = _pairs if selector == "pairs" else _groups
+    select = parse(value[selector], f"{where}.{selector}", train)
     return EvaluateStage(
         name=name,
-        kind=value["kind"],
+        kind=kind,
         configs=_configs(value["config"], f"{where}.config", base),
-        pairs=Pairs(over=over, vary=vary, reference=reference),
+        pairs=select if selector == "pairs" else None,  # type: ignore[arg-type]
+        groups=select if selector == "groups" else None,  # type: ignore[arg-type]
         args=_str_list(value.get("args"), f"{where}.args"),
     )
+
+
+def _executor(value: Any) -> Executor:
+    if value is None:
+        return Executor()
+    value = _mapping(value, "executor")
+    _check_keys(value, "executor", (), ("workers", "submitit"))
+    workers = value.get("workers", 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise StudyError(f"executor.workers must be a whole number >= 1, got {workers!r}")
+    options = dict(_mapping(value.get("submitit") or {}, "executor.submitit"))
+    return Executor(workers=workers, submitit=options)
 
 
 def load_study(path: str | Path) -> Study:
@@ -234,7 +337,7 @@ def load_study(path: str | Path) -> Study:
     except yaml.YAMLError as err:
         raise StudyError(f"{path} is not valid YAML: {err}") from None
     data = _mapping(data, f"the study file {path}")
-    _check_keys(data, "the study file", ("name", "train"), ("evaluate",))
+    _check_keys(data, "the study file", ("name", "train"), ("evaluate", "executor"))
     name = data["name"]
     if not isinstance(name, str) or not _NAME.match(name):
         raise StudyError(
@@ -248,4 +351,11 @@ def load_study(path: str | Path) -> Study:
     names = [s.name for s in evaluate]
     if len(set(names)) != len(names):
         raise StudyError(f"evaluate stage names must be unique, got {names}")
-    return Study(name=name, train=train, evaluate=evaluate, path=path, text=text)
+    return Study(
+        name=name,
+        train=train,
+        evaluate=evaluate,
+        path=path,
+        text=text,
+        executor=_executor(data.get("executor")),
+    )

@@ -95,8 +95,32 @@ BAD = {
     "vary names no grid key": (_bad_pairs(vary="seed"), "names 'seed', not a train.grid key"),
     "reference no job has": (_bad_pairs(reference=7), "no training job has seed_everything=7"),
     "unknown evaluate kind": (
+        tiny_study(evaluate=[{**tiny_study()["evaluate"][0], "kind": "barier"}]),
+        "unknown kind 'barier'; valid kinds: barrier, curve, merge",
+    ),
+    "merge stage given pairs": (
         tiny_study(evaluate=[{**tiny_study()["evaluate"][0], "kind": "merge"}]),
-        "unknown kind 'merge'; valid kinds: barrier",
+        "a merge stage selects its models with `groups`, not `pairs`",
+    ),
+    "group value no job has": (
+        tiny_study(
+            evaluate=[
+                {
+                    **{k: v for k, v in tiny_study()["evaluate"][0].items() if k != "pairs"},
+                    "kind": "merge",
+                    "groups": {"over": [WIDTH], "vary": "seed_everything", "values": [0, 3]},
+                }
+            ]
+        ),
+        "values: no training job has seed_everything=3",
+    ),
+    "pair of different architectures": (
+        _bad_pairs(over=["seed_everything"], vary=WIDTH, reference=4),
+        f"selects models that differ in {WIDTH!r}, a key of the network",
+    ),
+    "executor workers 0": (
+        tiny_study(executor={"workers": 0}),
+        "executor.workers must be a whole number >= 1, got 0",
     ),
 }
 

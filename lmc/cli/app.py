@@ -1,0 +1,320 @@
+"""``lmc fit|validate|test|predict``: LightningCLI with model and data chosen by ``class_path``.
+
+``lmc fit --config cfg.yaml`` trains; the fully resolved config is saved as ``config.yaml`` in the
+run's own directory (next to its ``checkpoints/``), and ``lmc fit --config <that file>`` reruns
+the run. ``lmc validate``/``test``/``predict`` take the same configs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import lightning as L
+import yaml
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.plugins.io import CheckpointIO
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info
+
+from lmc.cli.errors import LMCArgumentParser, condensed_error, quiet_third_party
+from lmc.cli.moved import moved_keys_error
+from lmc.io import atomic_write, load_checkpoint
+from lmc.tasks.resume import (
+    AtomicCheckpointIO,
+    RandomStateCheckpoint,
+    continue_run,
+    resumable_runs,
+    run_of_config,
+    same_experiment,
+)
+from lmc.tasks.rundir import run_dir
+
+
+def _unpin_logger_dirs(text: str) -> str:
+    """The dumped config with the loggers' ``save_dir`` that the CLI derived from the trainer's
+    ``default_root_dir`` set back to ``null``, so a rerun from the saved config follows its own
+    ``--trainer.default_root_dir``."""
+    cfg = yaml.safe_load(text)
+    trainer = cfg.get("trainer") or {}
+    root = str(Path(trainer.get("default_root_dir") or "runs"))
+    loggers = trainer.get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        init = logger.get("init_args") if isinstance(logger, dict) else None
+        if isinstance(init, dict) and init.get("save_dir") == root:
+            init["save_dir"] = None
+        if isinstance(init, dict) and init.get("id") is not None and init.get("resume"):
+            init["id"] = init["resume"] = None  # never write into the resumed run again
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
+class RunConfigSaver(SaveConfigCallback):
+    """Save ``config.yaml`` into the run's own directory (also with W&B, which shares save_dir),
+    atomically, and never over an existing one (a resumed run keeps its config)."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.already_saved:
+            return
+        path = run_dir(trainer) / self.config_filename
+        if trainer.is_global_zero and not path.exists():  # a resumed run keeps its config
+            text = self.parser.dump(self.config, skip_none=False)
+            atomic_write(path, lambda f: f.write(_unpin_logger_dirs(text)), mode="w")
+            self.save_config(trainer, pl_module, stage)
+        self.already_saved = True
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)
+
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # The whole resolved config (model, data, trainer, seed) into the logger's run config.
+        if trainer.logger is not None:
+            dumped = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
+            trainer.logger.log_hyperparams(dumped)
+
+
+class LMCCLI(LightningCLI):
+    """LightningCLI for ``lmc``: subclass mode for model and data, integer seed, safe checkpoints."""
+
+    def add_arguments_to_parser(self, parser: Any) -> None:
+        parser.add_argument(
+            "--test_after_fit",
+            type=bool,
+            default=False,
+            help="After `fit`, evaluate the final weights on the test split (reporting only).",
+        )
+        parser.add_argument(
+            "--study",
+            type=Optional[dict[str, Any]],  # noqa: UP045 (jsonargparse reads it)
+            default=None,
+            help="Set by `lmc study run`: the study's name, the job's stage, id and grid "
+            "coordinates; a W&B logger gets them as group, job_type and config.",
+        )
+        parser.add_argument(
+            "--fresh_if_nothing_to_resume",
+            type=bool,
+            default=False,
+            help="With `--ckpt_path last`: start a new run when there is no run to resume "
+            "(otherwise that is an error).",
+        )
+
+    def parse_arguments(self, parser: Any, args: Any) -> None:
+        # Name the new key of a config key that moved (e.g. grouped options) before jsonargparse
+        # rejects it as unknown without saying where it went.
+        message = moved_keys_error(sys.argv[1:] if args is None else args)
+        if message:
+            parser.error(message)
+        super().parse_arguments(parser, args)
+
+    def _parse_ckpt_path(self) -> None:
+        # Check --ckpt_path before Lightning reads hyper-parameters from it, so a missing, corrupt
+        # or untrusted file fails fast with a clear message before any work starts.
+        sub = self.config.get("subcommand")
+        ckpt = self.config[sub].get("ckpt_path") if sub else None
+        if sub == "fit" and ckpt and (ckpt == "last" or Path(ckpt).is_dir()):
+            ckpt = self.config[sub].ckpt_path = self._resume_checkpoint(self.config[sub], ckpt)
+        if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
+            hparams = load_checkpoint(ckpt, mmap=True).get("hyper_parameters") or {}
+            # a checkpoint written before options moved: name the new keys, not a union error
+            old = {k: v for k, v in hparams.items() if k != "_class_path"}
+            model = {"class_path": hparams.get("_class_path"), "init_args": old}
+            message = moved_keys_error({"model": model}) if model["class_path"] else None
+            if message:
+                raise ValueError(
+                    f"{ckpt} was written before some options of its task moved: {message} Its "
+                    "weights still load (lmc.io.load_checkpoint, model_state_dict); give the new "
+                    "keys in the config and leave --ckpt_path out, or rerun the run."
+                )
+        super()._parse_ckpt_path()
+
+    def _resume_checkpoint(self, cfg: Any, ckpt: str) -> str | None:
+        """``last`` or a run folder -> the run's ``last.ckpt``, with the loggers pointed at that
+        run (same folder, same W&B run); ``None`` to start fresh when asked to."""
+        if ckpt != "last":
+            run = Path(ckpt)
+            return str(continue_run(cfg, run.parent if run.name == "checkpoints" else run))
+        run = run_of_config([str(p) for p in cfg.get("config") or []])
+        root = _logger_root(cfg)
+        if run is None:
+            current = yaml.safe_load(self._parser("fit").dump(cfg, skip_none=False))
+            for candidate in resumable_runs(root):
+                saved = yaml.safe_load((candidate / "config.yaml").read_text())
+                if same_experiment(saved, current):
+                    run = candidate
+                    break
+        if run is not None:
+            return str(continue_run(cfg, run))
+        if cfg.get("fresh_if_nothing_to_resume"):
+            return None
+        raise FileNotFoundError(
+            f"--ckpt_path last: no run to resume under {root} (a run folder with "
+            "checkpoints/last.ckpt and the same model, data and seed). Start fresh without "
+            "--ckpt_path (or add --fresh_if_nothing_to_resume true), resume a run explicitly with "
+            "--config <run>/config.yaml --ckpt_path last, or give --ckpt_path <run folder or file>"
+        )
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> L.Trainer:
+        # Every fit saves last.ckpt (what --ckpt_path last resumes), atomically, with the random
+        # state inside (RandomStateCheckpoint), so a resumed run continues exactly.
+        given = [*(config.get("callbacks") or []), *callbacks]
+        checkpoints = [c for c in given if isinstance(c, ModelCheckpoint)]
+        if config.get("enable_checkpointing", True) is not False:
+            if not checkpoints:
+                callbacks = [*callbacks, ModelCheckpoint(save_last=True)]
+            for c in checkpoints:
+                c.save_last = True if c.save_last is None else c.save_last
+        callbacks = [*callbacks, RandomStateCheckpoint()]
+        plugins = config.get("plugins")
+        plugins = (
+            [] if plugins is None else list(plugins) if isinstance(plugins, list) else [plugins]
+        )
+        if not any(isinstance(p, CheckpointIO) for p in plugins):
+            config["plugins"] = [*plugins, AtomicCheckpointIO()]
+        return super()._instantiate_trainer(config, callbacks)
+
+    def before_instantiate_classes(self) -> None:
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        _resolve_logger_dirs(cfg)
+        _study_to_wandb(cfg)
+        _check_model_checkpoints(cfg)
+        # Checkpoints hold only tensors and plain containers: never unpickle arbitrary objects.
+        if "weights_only" in cfg and cfg.weights_only is None:
+            cfg.weights_only = True
+
+    def after_validate(self) -> None:
+        # The task's closing line (what it measured, where its figure and summary went) last,
+        # after Lightning's table of logged metrics.
+        line = getattr(self.model, "report_line", None)
+        if line:
+            rank_zero_info(line)
+
+    def after_fit(self) -> None:
+        cfg = self.config[self.subcommand]
+        if cfg.get("test_after_fit") and self.trainer.state.fn == TrainerFn.FITTING:
+            self.trainer.test(self.model, datamodule=self.datamodule, verbose=True)
+
+
+def _check_model_checkpoints(cfg: Any) -> None:
+    """Read every ``model.init_args.checkpoints`` entry now (run folders resolved to their final
+    checkpoint), so a missing, corrupt or untrusted file, non-finite weights, or endpoints of
+    different architectures stop the run before anything is built."""
+    init_args = getattr(cfg.get("model"), "init_args", None)
+    paths = init_args.get("checkpoints") if init_args is not None else None
+    if not paths:
+        return
+    from lmc.interpolation.states import check_compatible
+    from lmc.io import check_finite, model_state_dict, resolve_checkpoint
+
+    files = [resolve_checkpoint(p) for p in paths]  # run folders -> their final checkpoint
+    states = [model_state_dict(load_checkpoint(f, mmap=True)) for f in files]
+    for f, state in zip(files, states):
+        check_finite(state, str(f))
+    check_compatible(states, [str(f) for f in files])
+
+
+def _loggers(cfg: Any) -> list[Any]:
+    trainer = cfg.get("trainer")
+    loggers = trainer.get("logger") if trainer is not None else None
+    return [g for g in (loggers if isinstance(loggers, list) else [loggers]) if g is not None]
+
+
+def _study_to_wandb(cfg: Any) -> None:
+    """A study job's W&B run: ``group`` = the study, ``job_type`` = its stage (unless the
+    config sets them); its ``study`` entry (grid coordinates) is in the logged config."""
+    study = cfg.get("study")
+    if not study:
+        return
+    for logger in _loggers(cfg):
+        init_args = getattr(logger, "init_args", None)
+        if init_args is None or not str(getattr(logger, "class_path", "")).endswith("WandbLogger"):
+            continue
+        if "group" in init_args and init_args.group is None:
+            init_args.group = study.get("name")
+        if "job_type" in init_args and init_args.job_type is None:
+            init_args.job_type = study.get("stage")
+
+
+def _logger_root(cfg: Any) -> Path:
+    """Where the runs of ``cfg`` land: its first logger's ``save_dir``, else the trainer's
+    ``default_root_dir``, else ``runs``."""
+    trainer = cfg.get("trainer")
+    loggers = trainer.get("logger") if trainer is not None else None
+    first = loggers[0] if isinstance(loggers, list) and loggers else loggers
+    init = getattr(first, "init_args", None)
+    if init is not None and init.get("save_dir"):
+        return Path(init.save_dir)
+    return Path((trainer.get("default_root_dir") if trainer is not None else None) or "runs")
+
+
+def _resolve_logger_dirs(cfg: Any) -> None:
+    """Give every logger without ``save_dir`` the trainer's ``default_root_dir`` (else
+    ``runs``); the saved config keeps ``null`` there, so reruns follow their own root."""
+    trainer = cfg.get("trainer")
+    if trainer is None:
+        return
+    root = trainer.get("default_root_dir") or "runs"
+    loggers = trainer.get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        init_args = getattr(logger, "init_args", None)
+        if init_args is not None and "save_dir" in init_args and init_args.save_dir is None:
+            init_args.save_dir = str(Path(root))
+
+
+def cli_kwargs() -> dict[str, Any]:
+    """The arguments every ``lmc`` LightningCLI is built with (also the studies' parse-only
+    check): subclass mode, integer seed, config saving, no prefix matching of options."""
+    return {
+        "model_class": L.LightningModule,
+        "datamodule_class": L.LightningDataModule,
+        "subclass_mode_model": True,
+        "subclass_mode_data": True,
+        "seed_everything_default": 0,
+        "save_config_callback": RunConfigSaver,
+        "save_config_kwargs": {"overwrite": True},
+        "auto_configure_optimizers": False,
+        "parser_class": LMCArgumentParser,
+        # no prefix matching: --trainer.max_epoch must not silently mean max_epochs
+        "parser_kwargs": {
+            "prog": "lmc",
+            "allow_abbrev": False,
+            **{sub: {"allow_abbrev": False} for sub in ("fit", "validate", "test", "predict")},
+        },
+    }
+
+
+def build_cli(args: list[str] | None = None, run: bool = True) -> LMCCLI:
+    """Parse ``args`` (default: ``sys.argv``) and, if ``run``, execute the subcommand."""
+    return LMCCLI(**cli_kwargs(), args=args, run=run)
+
+
+def main(args: list[str] | None = None) -> None:
+    """``lmc fit|validate|test|predict``; ``args`` lets tests call it in-process.
+
+    From the console, an error that stops the run is printed as its one relevant line
+    (``LMC_DEBUG=1`` shows the full traceback); in-process callers get the exception.
+    """
+    quiet_third_party()
+    exit_code = 1
+    try:
+        build_cli(args)
+        exit_code = 0
+    except Exception as err:
+        if args is not None or os.environ.get("LMC_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"lmc: error: {condensed_error(err)}\n(LMC_DEBUG=1 shows the full traceback)\n"
+        )
+        raise SystemExit(1) from None
+    finally:
+        _finish_wandb(exit_code)
+
+
+def _finish_wandb(exit_code: int) -> None:
+    """Close the W&B run so its log is complete and the next in-process run starts a new one."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish(exit_code=exit_code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(sys.argv[1:])

@@ -1,0 +1,206 @@
+"""Where a study's jobs run: in the study's own process, in a pool of warm local worker
+processes, or through submitit (SLURM, or its local executor). Each returns, per submitted job,
+a handle with ``done()`` and ``result()`` (the job's record); the scheduler in
+:mod:`lmc.studies.run` decides what to submit when."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+from pathlib import Path
+from typing import Any, Protocol
+
+from lmc.studies.execute import Runner, execute_job
+from lmc.studies.plan import Job
+from lmc.studies.schema import StudyError
+
+EXECUTORS = ("local", "submitit")
+
+
+class Handle(Protocol):
+    def done(self) -> bool: ...
+
+    def result(self) -> dict[str, Any]: ...
+
+
+class Executor(Protocol):
+    #: how many jobs may run at once (``None``: as many as are ready; the cluster queues them)
+    capacity: int | None
+
+    def submit(self, root: Path, job: Job, inputs: list[Job], extra_args: list[str]) -> Handle: ...
+
+    def close(self) -> None: ...
+
+
+class _Finished:
+    def __init__(self, record: dict[str, Any]) -> None:
+        self._record = record
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> dict[str, Any]:
+        return self._record
+
+
+class InProcess:
+    """Each job runs in the study's process when submitted (``--workers 1``)."""
+
+    capacity = 1
+
+    def __init__(self, runner: Runner | None = None) -> None:
+        self.runner = runner
+
+    def submit(self, root: Path, job: Job, inputs: list[Job], extra_args: list[str]) -> Handle:
+        return _Finished(execute_job(root, job, inputs, extra_args, runner=self.runner))
+
+    def close(self) -> None:
+        pass
+
+
+def _die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when its parent dies, so a killed study leaves no
+    worker running a job on its own."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pool's pipes end the workers instead
+        pass
+
+
+def _warm_worker(slots: Any, threads: int, gpus: int) -> None:
+    """Start a worker: its own GPU (round-robin when GPUs exist), ``threads`` CPU threads, and
+    ``lmc``'s CLI imported once, so each job it runs costs only its own work."""
+    _die_with_parent()
+    index = slots.get()
+    if gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(index % gpus)
+    import torch
+
+    torch.set_num_threads(threads)
+    import lmc.cli.app  # noqa: F401  (lightning, torchmetrics, torchvision: seconds, paid once)
+
+
+def _gpu_count() -> int:
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        return 0
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # pragma: no cover - a broken CUDA setup: run on CPU
+        return 0
+
+
+class LocalPool:
+    """``workers`` warm worker processes that run many jobs each; one GPU per worker when GPUs
+    exist, else the CPU cores shared out.
+
+    Workers are forked from a fork server that imported ``lmc``'s CLI once (started here, so it
+    warms up while the study is checked), so they start clean (no threads or CUDA state of the
+    study's process) and warm (each job costs only its own work)."""
+
+    def __init__(self, workers: int) -> None:
+        if "forkserver" in mp.get_all_start_methods():
+            context = mp.get_context("forkserver")
+            context.set_forkserver_preload(["lmc.cli.app"])
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()
+        else:  # pragma: no cover - Windows: spawn, each worker imports lmc once
+            context = mp.get_context("spawn")
+        slots = context.Queue()
+        for i in range(workers):
+            slots.put(i)
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        self.capacity = workers
+        self._start = lambda: cf.ProcessPoolExecutor(
+            workers,
+            mp_context=context,
+            initializer=_warm_worker,
+            initargs=(slots, threads, _gpu_count()),
+        )
+        self._slots, self._workers = slots, workers
+        self._pool = self._start()
+
+    def submit(self, root: Path, job: Job, inputs: list[Job], extra_args: list[str]) -> Handle:
+        try:
+            return self._pool.submit(execute_job, root, job, inputs, extra_args)
+        except cf.process.BrokenProcessPool:  # a worker died (e.g. out of memory): new pool
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            while not self._slots.empty():
+                self._slots.get()
+            for i in range(self._workers):
+                self._slots.put(i)
+            self._pool = self._start()
+            return self._pool.submit(execute_job, root, job, inputs, extra_args)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class Submitit:
+    """One submitit job per study job (SLURM with ``cluster: slurm`` or by default where
+    ``sbatch`` exists; ``cluster: local`` runs real subprocesses on this machine, as CI does).
+    Options are those of the study file's ``executor.submitit`` besides ``cluster``: any
+    ``AutoExecutor.update_parameters`` keyword, e.g. ``slurm_partition``, ``timeout_min``,
+    ``gpus_per_node``, ``slurm_array_parallelism``."""
+
+    capacity = None
+
+    def __init__(self, folder: Path, options: dict[str, Any]) -> None:
+        try:
+            import submitit
+        except ImportError:
+            raise StudyError(
+                '--executor submitit needs submitit: pip install -e ".[slurm]"'
+            ) from None
+        options = dict(options)
+        cluster = options.pop("cluster", None)
+        try:
+            self._executor = submitit.AutoExecutor(folder=folder / "submitit", cluster=cluster)
+            self._executor.update_parameters(**options)
+        except (ValueError, TypeError, RuntimeError) as err:
+            raise StudyError(f"executor.submitit: {err}") from None
+
+    def submit(self, root: Path, job: Job, inputs: list[Job], extra_args: list[str]) -> Handle:
+        self._executor.update_parameters(name=f"{job.stage}-{job.id}")
+        return _SubmititHandle(self._executor.submit(execute_job, root, job, inputs, extra_args))
+
+    def close(self) -> None:
+        pass
+
+
+class _SubmititHandle:
+    def __init__(self, job: Any) -> None:
+        self._job = job
+
+    def done(self) -> bool:
+        return self._job.done()
+
+    def result(self) -> dict[str, Any]:
+        return self._job.result()
+
+
+def make_executor(
+    name: str, workers: int, root: Path, submitit_options: dict[str, Any], runner: Runner | None
+) -> Executor:
+    """The executor ``name`` (``local`` or ``submitit``).
+
+    Raises:
+        StudyError: an unknown name, ``workers < 1``, or submitit missing or refusing an option.
+    """
+    if name not in EXECUTORS:
+        raise StudyError(f"--executor {name}: unknown; valid: {', '.join(EXECUTORS)}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise StudyError(
+            f"--workers {workers}: give a whole number >= 1 (1 runs jobs in this process)"
+        )
+    if name == "submitit":
+        return Submitit(root, submitit_options)
+    if workers == 1 or runner is not None:
+        return InProcess(runner)
+    return LocalPool(workers)
