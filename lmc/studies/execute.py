@@ -96,7 +96,7 @@ def execute_job(
     if partial is not None:
         args.append(f"--ckpt_path={partial}")
     log = job_dir / LOG_FILE
-    started, t0 = now(), time.perf_counter()
+    started, started_unix, t0 = now(), time.time(), time.perf_counter()
     argv = sys.argv
     with output_to(log):
         print(f"lmc {' '.join(args)}", flush=True)
@@ -120,6 +120,8 @@ def execute_job(
         "started": started,
         "finished": now(),
         "seconds": round(time.perf_counter() - t0, 3),
+        "started_unix": started_unix,
+        "finished_unix": time.time(),
         "pid": os.getpid(),
         "inputs_finished": input_stamps(store, inputs),
     }
