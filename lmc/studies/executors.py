@@ -163,8 +163,8 @@ class Submitit:
         try:
             self._executor = submitit.AutoExecutor(folder=folder / "submitit", cluster=cluster)
             self._executor.update_parameters(**options)
-        except (ValueError, TypeError, RuntimeError) as err:
-            raise StudyError(f"executor.submitit: {err}") from None
+        except Exception as err:  # submitit's NameError / ValueError / assertion on an option
+            raise StudyError(f"executor.submitit: {err}".rstrip()) from None
 
     def submit(self, root: Path, job: Job, inputs: list[Job], extra_args: list[str]) -> Handle:
         self._executor.update_parameters(name=f"{job.stage}-{job.id}")

@@ -1,0 +1,184 @@
+"""Where a study's jobs run: warm local workers give the same results as the study's own
+process, submitit's local executor runs the same jobs in real subprocesses, shards split the
+study and copied together give the whole of it, merge stages take groups of models, and each
+job is a W&B run grouped by study and typed by stage."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+
+import pytest
+
+from lmc.cli import main
+from lmc.studies import StudyError, StudyStore, load_and_plan, run_study, status
+from lmc.studies.plan import Job, shard
+from lmc.studies.results import results
+from tests.helpers import read_wandb_records, wandb_run_dirs
+from tests.studies.conftest import CONFIGS, TINY_DATA, WIDTH, tiny_study, write_study
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def _records(out):
+    return [json.loads(p.read_text()) for p in sorted(out.rglob("job.json"))]
+
+
+def _values(out):
+    table = results(out)
+    # timings differ from run to run; everything else is computed from the same seeds
+    return {(r.job, r.metric): r.value for r in table.itertuples() if "seconds" not in r.metric}
+
+
+def test_workers_match_the_study_process_and_are_reused(tiny_run, tmp_path):
+    path, reference = tiny_run
+    out = tmp_path / "out"
+    summary = run_study(path, out, workers=2, log=_quiet)
+    assert not summary.failed and len(summary.ran) == 6
+    records = _records(out)
+    pids = {r["pid"] for r in records}
+    assert os.getpid() not in pids and len(pids) <= 2  # two warm workers ran all six jobs
+    assert all(r["status"] == "done" for r in records)
+    ours, theirs = _values(out), _values(reference)
+    assert ours.keys() == theirs.keys()
+    for key, value in theirs.items():
+        assert math.isclose(ours[key], value, rel_tol=1e-5, abs_tol=1e-7) or (
+            math.isnan(value) and math.isnan(ours[key])
+        ), key
+
+
+def test_submitit_local_executor_runs_jobs_in_subprocesses(tmp_path):
+    pytest.importorskip("submitit")
+    study = tiny_study(
+        grid={WIDTH: [4], "seed_everything": [0, 1]},
+        executor={"submitit": {"cluster": "local", "timeout_min": 10}},
+    )
+    path = write_study(tmp_path, study)
+    out = tmp_path / "out"
+    summary = run_study(path, out, executor="submitit", log=_quiet)
+    assert not summary.failed and len(summary.ran) == 3
+    records = _records(out)
+    assert all(r["status"] == "done" for r in records)
+    assert os.getpid() not in {r["pid"] for r in records}
+    assert (out / "submitit").is_dir()  # submitit's own logs and pickles
+    barrier = results(out).query("metric == 'barrier_loss_matched'")
+    assert len(barrier) == 1 and barrier.value.notna().all()
+
+
+def test_submitit_options_are_checked_before_any_job(tmp_path):
+    pytest.importorskip("submitit")
+    study = tiny_study(executor={"submitit": {"cluster": "local", "timeout_minutes": 10}})
+    path = write_study(tmp_path, study)
+    with pytest.raises(StudyError, match="executor.submitit: .*timeout_minutes"):
+        run_study(path, tmp_path / "out", executor="submitit", log=_quiet)
+    assert not (tmp_path / "out" / "jobs").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--workers", "0"], "--workers 0: give a whole number >= 1"),
+        (["--shard", "3/2"], "--shard 3/2: give i/n with 1 <= i <= n"),
+        (["--shard", "two"], "--shard two: give i/n"),
+        (["--executor", "slurm"], "--executor slurm: unknown; valid: local, submitit"),
+    ],
+)
+def test_bad_run_options_are_refused_before_any_job(tmp_path, flags, message):
+    path = write_study(tmp_path, tiny_study())
+    out = tmp_path / "out"
+    with pytest.raises(StudyError) as err:
+        main(["study", "run", str(path), "--dir", str(out), *flags])
+    assert message in str(err.value)
+    assert not (out / "jobs").exists()
+
+
+def _job(name: str, inputs: tuple[str, ...] = ()) -> Job:
+    return Job("barrier" if inputs else "train", "fit", {}, (), inputs, name)
+
+
+def test_shards_keep_linked_jobs_together_and_cover_the_study():
+    # two groups (a width each: two trainings and their barrier) and a lone training
+    jobs = [_job("a0"), _job("a1"), _job("b0"), _job("b1"), _job("c0")]
+    jobs += [_job("ab", ("a0", "a1")), _job("bb", ("b0", "b1"))]
+    parts = [shard(jobs, i, 2) for i in (1, 2)]
+    ids = [{j.id for j in part} for part, _ in parts]
+    assert not ids[0] & ids[1] and ids[0] | ids[1] == {j.id for j in jobs}
+    for part in ids:
+        for job in jobs:
+            if job.id in part:
+                assert set(job.inputs) <= part  # every evaluate job has its trainings
+    assert all(not left for _, left in parts)
+    # fewer groups than shards: the trainings are dealt out, the evaluations left for later
+    merged = [_job("m0"), _job("m1"), _job("m2"), _job("all", ("m0", "m1", "m2"))]
+    parts = [shard(merged, i, 2) for i in (1, 2)]
+    assert [len(part) for part, _ in parts] == [2, 1]
+    assert all([j.id for j in left] == ["all"] for _, left in parts)
+
+
+def test_shard_folders_copied_together_are_the_whole_study(tiny_run, tmp_path):
+    path, _ = tiny_run
+    outs = [tmp_path / "shard1", tmp_path / "shard2"]
+    for i, out in enumerate(outs, 1):
+        summary = run_study(path, out, shard_spec=f"{i}/2", log=_quiet)
+        assert len(summary.ran) == 3 and not summary.failed and not summary.left_to_merge
+    shutil.copytree(outs[1] / "jobs", outs[0] / "jobs", dirs_exist_ok=True)
+    assert status(outs[0]) == {
+        "train": {"done": 4, "failed": 0, "pending": 0},
+        "barrier": {"done": 2, "failed": 0, "pending": 0},
+    }
+    ran: list[list[str]] = []
+    summary = run_study(path, outs[0], runner=ran.append, log=_quiet)
+    assert not ran and len(summary.skipped) == 6
+
+
+def test_a_merge_stage_merges_each_group_and_jobs_are_wandb_runs(tmp_path, monkeypatch):
+    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb" / var.lower()))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    study = tiny_study(
+        config=[str(CONFIGS / "synthetic" / "teacher_student.yaml")],  # its W&B logger
+        grid={WIDTH: [4], "seed_everything": [0, 1, 2]},
+        evaluate=[
+            {
+                "name": "merge",
+                "kind": "merge",
+                "config": str(CONFIGS / "studies" / "teacher_student_merge.yaml"),
+                "groups": {"over": [WIDTH], "vary": "seed_everything", "values": [2, 0, 1]},
+                "args": TINY_DATA,
+            }
+        ],
+    )
+    path = write_study(tmp_path, study)
+    out = tmp_path / "out"
+    summary = run_study(path, out, log=_quiet)
+    assert not summary.failed and len(summary.ran) == 4
+    _, jobs = load_and_plan(path)
+    merge = next(j for j in jobs if j.stage == "merge")
+    train = {j.coordinates["seed_everything"]: j.id for j in jobs if j.stage == "train"}
+    assert merge.inputs == (train[2], train[0], train[1])  # in the order of `values`
+    assert merge.coordinates == {WIDTH: 4, "seed_everything": [2, 0, 1]}
+    store = StudyStore(out)
+    record = store.record(merge)
+    given = next(
+        a for a in record["resolved_args"] if a.startswith("--model.init_args.checkpoints")
+    )
+    assert given.index(train[2]) < given.index(train[0]) < given.index(train[1])
+    table = results(out)
+    merged = table[(table.stage == "merge") & table.metric.str.match(r"merge/\w+/n3/test/loss$")]
+    assert set(merged.metric) == {
+        f"merge/{m}/n3/test/loss" for m in ("naive", "wm_ref", "mergemany")
+    }
+    assert merged.value.notna().all()
+    # every training job is a W&B run: group = the study, job_type = the stage, coordinates in
+    # its config
+    runs = wandb_run_dirs(out / "jobs" / "train")
+    assert len(runs) == 3
+    for run in runs:
+        header = next(r["run"] for r in read_wandb_records(run) if r.get("type") == "run")
+        assert header["run_group"] == "tiny" and header["job_type"] == "train"
+        config = next(r for r in read_wandb_records(run) if r.get("type") == "config")
+        assert "coordinates" in json.dumps(config)
