@@ -217,3 +217,12 @@ def load_endpoints(
                 )
         states.append(state)
     return [str(f) for f in files], states
+
+
+SPAWN_DIR = "spawn"
+
+
+def spawn_point(run: str | Path, epoch: int) -> Path:
+    """The checkpoint a run saved after ``epoch`` epochs (0: before training) for other runs
+    to start from (``lmc fit --spawn_points`` / ``--spawn_from``)."""
+    return Path(run) / "checkpoints" / SPAWN_DIR / f"epoch={epoch}.ckpt"

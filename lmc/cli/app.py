@@ -26,6 +26,7 @@ from lmc.io import atomic_write, load_checkpoint
 from lmc.tasks.resume import (
     AtomicCheckpointIO,
     RandomStateCheckpoint,
+    SpawnPoints,
     continue_run,
     resumable_runs,
     run_of_config,
@@ -91,6 +92,21 @@ class LMCCLI(LightningCLI):
             "coordinates; a W&B logger gets them as group, job_type and config.",
         )
         parser.add_argument(
+            "--spawn_points",
+            type=Optional[list[int]],  # noqa: UP045 (jsonargparse reads it)
+            default=None,
+            help="`fit`: save a full checkpoint after each of these epochs (0: before training) "
+            "as checkpoints/spawn/epoch=<k>.ckpt, for runs started with --spawn_from.",
+        )
+        parser.add_argument(
+            "--spawn_from",
+            type=Optional[str],  # noqa: UP045 (jsonargparse reads it)
+            default=None,
+            help="`fit`: start from this checkpoint's weights, optimizer and epoch (e.g. "
+            "<run>/checkpoints/spawn/epoch=2.ckpt) with this run's own seed, so data order and "
+            "noise follow --seed_everything; ignored when --ckpt_path resumes this run.",
+        )
+        parser.add_argument(
             "--fresh_if_nothing_to_resume",
             type=bool,
             default=False,
@@ -111,6 +127,10 @@ class LMCCLI(LightningCLI):
         # or untrusted file fails fast with a clear message before any work starts.
         sub = self.config.get("subcommand")
         ckpt = self.config[sub].get("ckpt_path") if sub else None
+        spawn = self.config[sub].get("spawn_from") if sub else None
+        self._spawning = bool(spawn) and not ckpt
+        if self._spawning:
+            _check_spawn_from(spawn, sub)
         if sub == "fit" and ckpt and (ckpt == "last" or Path(ckpt).is_dir()):
             ckpt = self.config[sub].ckpt_path = self._resume_checkpoint(self.config[sub], ckpt)
         if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
@@ -163,7 +183,13 @@ class LMCCLI(LightningCLI):
                 callbacks = [*callbacks, ModelCheckpoint(save_last=True)]
             for c in checkpoints:
                 c.save_last = True if c.save_last is None else c.save_last
-        callbacks = [*callbacks, RandomStateCheckpoint()]
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        if cfg.get("spawn_points"):
+            callbacks = [*callbacks, SpawnPoints(list(cfg.spawn_points))]
+        callbacks = [
+            *callbacks,
+            RandomStateCheckpoint(restore=not getattr(self, "_spawning", False)),
+        ]
         plugins = config.get("plugins")
         plugins = (
             [] if plugins is None else list(plugins) if isinstance(plugins, list) else [plugins]
@@ -171,6 +197,12 @@ class LMCCLI(LightningCLI):
         if not any(isinstance(p, CheckpointIO) for p in plugins):
             config["plugins"] = [*plugins, AtomicCheckpointIO()]
         return super()._instantiate_trainer(config, callbacks)
+
+    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict[str, Any]:
+        kwargs = super()._prepare_subcommand_kwargs(subcommand)
+        if getattr(self, "_spawning", False):  # start where the parent run was, own seed
+            kwargs["ckpt_path"] = self.config_init[subcommand].spawn_from
+        return kwargs
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
@@ -192,6 +224,20 @@ class LMCCLI(LightningCLI):
         cfg = self.config[self.subcommand]
         if cfg.get("test_after_fit") and self.trainer.state.fn == TrainerFn.FITTING:
             self.trainer.test(self.model, datamodule=self.datamodule, verbose=True)
+
+
+def _check_spawn_from(path: str, subcommand: str) -> None:
+    """``--spawn_from`` names a readable checkpoint, for ``fit`` only."""
+    if subcommand != "fit":
+        raise ValueError(
+            f"--spawn_from starts a training run: it is for `lmc fit`, not {subcommand}"
+        )
+    if not Path(path).is_file():
+        raise FileNotFoundError(
+            f"--spawn_from {path}: no such checkpoint file (spawn points are saved by a run "
+            "given --spawn_points [k, ...], as <run>/checkpoints/spawn/epoch=<k>.ckpt)"
+        )
+    load_checkpoint(path, mmap=True)  # corrupt or untrusted: refused now, before any work
 
 
 def _check_model_checkpoints(cfg: Any) -> None:

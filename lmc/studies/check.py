@@ -113,19 +113,33 @@ def check_study(study: Study) -> dict[str, dict[str, Any]]:
     train = study.train
     base = config_args(train.configs, train.args)
     resolved = {"train": resolve_config(["fit", *base])}
-    for key, values in train.grid.items():
-        if not has_key(resolved["train"], key):
-            raise StudyError(
-                f"train.grid key {key!r} is not in the base config "
-                f"{', '.join(str(p) for p in train.configs)}; {_near(resolved['train'], key)}"
-            )
-        for value in values:
-            try:
-                resolve_config(["fit", *base, f"--{key}={cli_value(value)}"])
-            except StudyError as err:
+    grids = [("train", train.grid, base)]
+    grids += [
+        (f"spawn stage {s.name!r}", s.grid, config_args(train.configs, [*train.args, *s.args]))
+        for s in study.spawn
+    ]
+    for where, grid, args in grids:
+        for key, values in grid.items():
+            if not has_key(resolved["train"], key):
                 raise StudyError(
-                    f"train.grid.{key}: the value {value!r} is refused: {err}"
-                ) from err
+                    f"{where} grid key {key!r} is not in the base config "
+                    f"{', '.join(str(p) for p in train.configs)}; {_near(resolved['train'], key)}"
+                )
+            for value in values:
+                try:
+                    resolve_config(["fit", *args, f"--{key}={cli_value(value)}"])
+                except StudyError as err:
+                    raise StudyError(
+                        f"{where}.grid.{key}: the value {value!r} is refused: {err}"
+                    ) from err
+    max_epochs = (resolved["train"].get("trainer") or {}).get("max_epochs")
+    for stage in study.spawn:
+        late = [e for e in stage.at_epoch if max_epochs is not None and e >= max_epochs > 0]
+        if late:
+            raise StudyError(
+                f"spawn stage {stage.name!r}: at_epoch {late} is not before the end of "
+                f"training (trainer.max_epochs={max_epochs}), so a child would not train"
+            )
     for stage in study.evaluate:
         resolved[stage.name] = resolve_config(["validate", *config_args(stage.configs, stage.args)])
     return resolved

@@ -14,8 +14,18 @@ from typing import Any
 
 import yaml
 
+from lmc.io import spawn_point
 from lmc.studies.check import cli_value, config_args, has_key
-from lmc.studies.schema import TRAIN_STAGE, EvaluateStage, Pairs, Study, StudyError
+from lmc.studies.schema import (
+    PARENT_PREFIX,
+    SPAWN_EPOCH,
+    TRAIN_STAGE,
+    EvaluateStage,
+    Pairs,
+    SpawnStage,
+    Study,
+    StudyError,
+)
 
 CHECKPOINTS_KEY = "model.init_args.checkpoints"
 
@@ -35,6 +45,8 @@ class Job:
     args: tuple[str, ...]
     inputs: tuple[str, ...] = ()
     id: str = field(default="")
+    #: a spawned training: the epoch of its parent (``inputs[0]``) it starts from
+    spawn_epoch: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +56,7 @@ class Job:
             "coordinates": self.coordinates,
             "args": list(self.args),
             "inputs": list(self.inputs),
+            "spawn_epoch": self.spawn_epoch,
         }
 
 
@@ -59,6 +72,7 @@ def job_id(
     args: tuple[str, ...],
     inputs: tuple[str, ...],
     configs: tuple[Path, ...],
+    spawn_epoch: int | None = None,
 ) -> str:
     """Short sha256 of the job's resolved args (canonical JSON), its inputs' ids and the content
     of its base configs, so editing a value or a base config makes a new job."""
@@ -70,6 +84,8 @@ def job_id(
         "inputs": list(inputs),
         "configs": [_config_digest(p) for p in configs],
     }
+    if spawn_epoch is not None:
+        payload["spawn_epoch"] = spawn_epoch
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -132,7 +148,13 @@ def _evaluate_jobs(
     select = stage.select
     # the selected models share their `over` coordinates; those the evaluate config has (e.g.
     # the width of its net) are passed to it
-    passed = [k for k in select.over if resolved is None or has_key(resolved, k)]
+    passed = [
+        k
+        for k in select.over
+        if not k.startswith(PARENT_PREFIX)
+        and k != SPAWN_EPOCH
+        and (resolved is None or has_key(resolved, k))
+    ]
     jobs = []
     for members in _selections(stage, train_jobs):
         first = members[0].coordinates
@@ -171,7 +193,9 @@ def plan(study: Study, resolved: Mapping[str, Mapping[str, Any]] | None = None) 
             them are passed.
     """
     train = study.train
-    base = ("fit", *config_args(train.configs, train.args))
+    epochs = sorted({e for stage in study.spawn for e in stage.at_epoch})
+    points = [f"--spawn_points={json.dumps(epochs)}"] if epochs else []
+    base = ("fit", *config_args(train.configs, [*train.args, *points]))
     jobs = []
     for coords in grid_points(train.grid, train.zip):
         args = (*base, *_coord_args(coords))
@@ -188,16 +212,42 @@ def plan(study: Study, resolved: Mapping[str, Mapping[str, Any]] | None = None) 
     ids = [j.id for j in jobs]
     if len(set(ids)) != len(ids):
         raise StudyError("two training jobs have the same args; check train.grid for duplicates")
+    by_stage = {TRAIN_STAGE: jobs}
+    spawned = []
+    for spawn in study.spawn:
+        by_stage[spawn.name] = _spawn_jobs(study, spawn, jobs)
+        spawned += by_stage[spawn.name]
     evaluated = []
     for stage in study.evaluate:
-        evaluated += _evaluate_jobs(stage, jobs, (resolved or {}).get(stage.name))
-    return jobs + evaluated
+        evaluated += _evaluate_jobs(stage, by_stage[stage.stage], (resolved or {}).get(stage.name))
+    return jobs + spawned + evaluated
+
+
+def _spawn_jobs(study: Study, spawn: SpawnStage, parents: list[Job]) -> list[Job]:
+    """Per parent train job, spawn epoch and point of the spawn grid, one ``lmc fit`` that
+    starts from the parent's checkpoint after that epoch (its run folder known once it ran)."""
+    train = study.train
+    base = ("fit", *config_args(train.configs, [*train.args, *spawn.args]))
+    jobs = []
+    for parent in parents:
+        kept = {k: v for k, v in parent.coordinates.items() if k not in spawn.grid}
+        for epoch in spawn.at_epoch:
+            for point in grid_points(spawn.grid, spawn.zip):
+                coords = {spawn.parent_key(k): v for k, v in parent.coordinates.items()}
+                coords = {**coords, SPAWN_EPOCH: epoch, **point}
+                args = (*base, *_coord_args(kept), *_coord_args(point))
+                inputs = (parent.id,)
+                jid = job_id(spawn.name, "fit", args, inputs, train.configs, epoch)
+                jobs.append(Job(spawn.name, "fit", coords, args, inputs, jid, epoch))
+    return jobs
 
 
 def job_args(job: Job, job_dir: Path, input_runs: list[Path]) -> list[str]:
     """The full ``lmc`` args of ``job`` run in ``job_dir``, given its inputs' run folders."""
     args = [*job.args]
-    if job.inputs:
+    if job.spawn_epoch is not None:
+        args.append(f"--spawn_from={spawn_point(input_runs[0], job.spawn_epoch)}")
+    elif job.inputs:
         args.append(f"--{CHECKPOINTS_KEY}=[{', '.join(str(r) for r in input_runs)}]")
     args.append(f"--trainer.default_root_dir={job_dir}")
     return args

@@ -79,6 +79,8 @@ class EvaluateStage:
     pairs: Pairs | None = None
     args: tuple[str, ...] = ()
     groups: Groups | None = None
+    #: the training stage whose models it selects
+    stage: str = TRAIN_STAGE
 
     @property
     def select(self) -> Pairs | Groups:
@@ -103,6 +105,42 @@ class TrainStage:
     args: tuple[str, ...] = ()
 
 
+SPAWN_EPOCH = "spawn_epoch"
+PARENT_PREFIX = "parent:"
+
+
+@dataclass(frozen=True)
+class SpawnStage:
+    """Trainings that start from each train job's checkpoint after each of ``at_epoch`` epochs
+    and go on with their own ``grid`` values (e.g. another ``seed_everything``: another data
+    order). A child's coordinates: its parent's (a key the spawn grid sets again is renamed
+    ``parent:<key>``), ``spawn_epoch``, then its own grid's."""
+
+    name: str
+    at_epoch: tuple[int, ...]
+    grid: dict[str, list[Any]]
+    zip: tuple[tuple[str, ...], ...] = ()
+    args: tuple[str, ...] = ()
+    parent_grid: dict[str, list[Any]] = field(default_factory=dict)
+    parent_zip: tuple[tuple[str, ...], ...] = ()
+
+    def parent_key(self, key: str) -> str:
+        """The name of the parent's coordinate ``key`` among the children's coordinates."""
+        return PARENT_PREFIX + key if key in self.grid else key
+
+    @property
+    def keys(self) -> dict[str, list[Any]]:
+        """Every coordinate of a child, with the values it takes."""
+        keys = {self.parent_key(k): v for k, v in self.parent_grid.items()}
+        keys[SPAWN_EPOCH] = list(self.at_epoch)
+        return {**keys, **self.grid}
+
+    @property
+    def zipped(self) -> tuple[tuple[str, ...], ...]:
+        parent = tuple(tuple(self.parent_key(k) for k in g) for g in self.parent_zip)
+        return parent + self.zip
+
+
 @dataclass(frozen=True)
 class Study:
     name: str
@@ -111,6 +149,18 @@ class Study:
     path: Path
     text: str
     executor: Executor = field(default_factory=Executor)
+    spawn: tuple[SpawnStage, ...] = ()
+
+    def training_stage(self, name: str) -> tuple[dict[str, list[Any]], tuple]:
+        """The coordinate keys (with their values) and zip groups of the training stage
+        ``name`` (``train`` or a spawn stage)."""
+        if name == TRAIN_STAGE:
+            return self.train.grid, self.train.zip
+        for stage in self.spawn:
+            if stage.name == name:
+                return stage.keys, stage.zipped
+        names = [TRAIN_STAGE, *(s.name for s in self.spawn)]
+        raise StudyError(f"no training stage {name!r}; training stages: {', '.join(names)}")
 
     @property
     def digest(self) -> str:
@@ -160,39 +210,38 @@ def _configs(value: Any, where: str, base: Path) -> tuple[Path, ...]:
     return resolved
 
 
-def _train(value: Any, base: Path) -> TrainStage:
-    value = _mapping(value, "train")
-    _check_keys(value, "train", ("config", "grid"), ("zip", "args"))
-    grid_in = _mapping(value["grid"], "train.grid")
+def _grid(value: Mapping[str, Any], where: str) -> tuple[dict[str, list[Any]], tuple]:
+    """``where.grid`` and ``where.zip`` of a training stage, checked."""
+    grid_in = _mapping(value["grid"], f"{where}.grid")
     if not grid_in:
-        raise StudyError("train.grid is empty: give at least one key with a list of values")
+        raise StudyError(f"{where}.grid is empty: give at least one key with a list of values")
     grid: dict[str, list[Any]] = {}
     for key, values in grid_in.items():
         if not isinstance(key, str) or not key:
-            raise StudyError(f"train.grid key {key!r} must be a dotted config key")
+            raise StudyError(f"{where}.grid key {key!r} must be a dotted config key")
         if not isinstance(values, list):
-            raise StudyError(f"train.grid.{key} must be a list of values, got {values!r}")
+            raise StudyError(f"{where}.grid.{key} must be a list of values, got {values!r}")
         if not values:
-            raise StudyError(f"train.grid.{key} is an empty list: give at least one value")
+            raise StudyError(f"{where}.grid.{key} is an empty list: give at least one value")
         grid[key] = list(values)
     groups: list[tuple[str, ...]] = []
     seen: set[str] = set()
     for i, group in enumerate(value.get("zip") or []):
-        where = f"train.zip[{i}]"
-        keys = _str_list(group, where)
+        at = f"{where}.zip[{i}]"
+        keys = _str_list(group, at)
         if len(keys) < 2:
-            raise StudyError(f"{where} must name two or more grid keys, got {group!r}")
+            raise StudyError(f"{at} must name two or more grid keys, got {group!r}")
         for key in keys:
             if key not in grid:
                 raise StudyError(
-                    f"{where} names {key!r}, not a train.grid key; grid keys: {', '.join(grid)}"
+                    f"{at} names {key!r}, not a {where}.grid key; grid keys: {', '.join(grid)}"
                 )
             if key in seen:
-                raise StudyError(f"{where}: {key!r} is already in another zip group")
+                raise StudyError(f"{at}: {key!r} is already in another zip group")
             seen.add(key)
         lengths = {k: len(grid[k]) for k in keys}
         if len(set(lengths.values())) != 1:
-            raise StudyError(f"{where}: zipped keys need lists of one length, got {lengths}")
+            raise StudyError(f"{at}: zipped keys need lists of one length, got {lengths}")
         groups.append(keys)
     axes = [[tuple(grid[k][i] for k in g) for i in range(len(grid[g[0]]))] for g in groups]
     axes += [[(v,) for v in grid[k]] for k in grid if k not in seen]
@@ -200,61 +249,130 @@ def _train(value: Any, base: Path) -> TrainStage:
         axes, [*(", ".join(g) for g in groups), *(k for k in grid if k not in seen)]
     ):
         if len({repr(v) for v in axis}) != len(axis):
-            raise StudyError(f"train.grid: {key} repeats a value (zipped keys: a combination)")
+            raise StudyError(f"{where}.grid: {key} repeats a value (zipped keys: a combination)")
+    return grid, tuple(groups)
+
+
+def _train(value: Any, base: Path) -> TrainStage:
+    value = _mapping(value, "train")
+    _check_keys(value, "train", ("config", "grid"), ("zip", "args"))
+    grid, groups = _grid(value, "train")
     return TrainStage(
         configs=_configs(value["config"], "train.config", base),
         grid=grid,
-        zip=tuple(groups),
+        zip=groups,
         args=_str_list(value.get("args"), "train.args"),
     )
 
 
+def _spawn(value: Any, i: int, train: TrainStage, taken: set[str]) -> SpawnStage:
+    where = f"spawn[{i}]"
+    value = _mapping(value, where)
+    _check_keys(value, where, ("name", "at_epoch", "grid"), ("zip", "args"))
+    name = _stage_name(value["name"], f"{where}.name", taken)
+    where = f"spawn stage {name!r}"
+    epochs = value["at_epoch"]
+    if (
+        not isinstance(epochs, list)
+        or not epochs
+        or any(isinstance(e, bool) or not isinstance(e, int) or e < 0 for e in epochs)
+        or len(set(epochs)) != len(epochs)
+    ):
+        raise StudyError(
+            f"{where}.at_epoch must list distinct whole numbers of epochs >= 0 (0: before "
+            f"training), got {epochs!r}"
+        )
+    grid, groups = _grid(value, where)
+    if SPAWN_EPOCH in grid:
+        raise StudyError(f"{where}.grid: {SPAWN_EPOCH!r} is the spawn epoch; set it by at_epoch")
+    return SpawnStage(
+        name=name,
+        at_epoch=tuple(epochs),
+        grid=grid,
+        zip=groups,
+        args=_str_list(value.get("args"), f"{where}.args"),
+        parent_grid=train.grid,
+        parent_zip=train.zip,
+    )
+
+
+def _stage_name(name: Any, where: str, taken: set[str]) -> str:
+    if not isinstance(name, str) or not _NAME.match(name) or name == TRAIN_STAGE:
+        raise StudyError(
+            f"{where} must be a folder-safe name other than "
+            f"{TRAIN_STAGE!r} (letters, digits, _ . -), got {name!r}"
+        )
+    if name in taken:
+        raise StudyError(f"{where}: stage names must be unique, {name!r} is used twice")
+    taken.add(name)
+    return name
+
+
+@dataclass(frozen=True)
+class _Source:
+    """The training stage an evaluate stage selects from: its coordinates and zip groups."""
+
+    name: str
+    keys: dict[str, list[Any]]
+    zip: tuple[tuple[str, ...], ...]
+
+    @property
+    def what(self) -> str:
+        return "a train.grid key" if self.name == TRAIN_STAGE else f"a key of {self.name!r}"
+
+    @property
+    def job(self) -> str:
+        return "training job" if self.name == TRAIN_STAGE else f"job of stage {self.name!r}"
+
+
 def _selection_keys(
-    select: Mapping[str, Any], where: str, train: TrainStage
+    select: Mapping[str, Any], where: str, source: _Source
 ) -> tuple[tuple[str, ...], str]:
     over = _str_list(select.get("over"), f"{where}.over")
     vary = select["vary"]
-    grid_keys = ", ".join(train.grid)
     for key in (*over, vary):
-        if key not in train.grid:
-            raise StudyError(f"{where} names {key!r}, not a train.grid key; grid keys: {grid_keys}")
+        if key not in source.keys:
+            raise StudyError(
+                f"{where} names {key!r}, not {source.what}; its keys: {', '.join(source.keys)}"
+            )
     if vary in over:
         raise StudyError(f"{where}: {vary!r} cannot be both `vary` and in `over`")
-    for key in train.grid:
+    for key in source.keys:
         if key != vary and key not in over:
             raise StudyError(
-                f"{where}: grid key {key!r} is neither in `over` nor `vary`; "
+                f"{where}: key {key!r} of {source.name!r} is neither in `over` nor `vary`; "
                 "add it to `over` (the selected models must agree on it)"
             )
-    zipped = next((g for g in train.zip if vary in g), (vary,))
+    zipped = next((g for g in source.zip if vary in g), (vary,))
     for key in zipped:
-        if any(key == p or key.startswith(p + ".") for p in ARCHITECTURE_PREFIXES):
+        bare = key[len(PARENT_PREFIX) :] if key.startswith(PARENT_PREFIX) else key
+        if any(bare == p or bare.startswith(p + ".") for p in ARCHITECTURE_PREFIXES):
             raise StudyError(
                 f"{where} selects models that differ in {key!r}, a key of the network: their "
                 "weights cannot be aligned or merged. Put it in `over` and vary a seed instead"
             )
-    if len(train.grid[vary]) < 2:
+    if len(source.keys[vary]) < 2:
         raise StudyError(f"{where}: {vary!r} has one value, so there is nothing to select")
     return over, vary
 
 
-def _pairs(value: Any, where: str, train: TrainStage) -> Pairs:
+def _pairs(value: Any, where: str, source: _Source) -> Pairs:
     pairs = _mapping(value, where)
     _check_keys(pairs, where, ("vary", "reference"), ("over",))
-    over, vary = _selection_keys(pairs, where, train)
+    over, vary = _selection_keys(pairs, where, source)
     reference = pairs["reference"]
-    if reference not in train.grid[vary]:
+    if reference not in source.keys[vary]:
         raise StudyError(
-            f"{where}.reference {reference!r}: no training job has "
-            f"{vary}={reference!r}; its values: {train.grid[vary]!r}"
+            f"{where}.reference {reference!r}: no {source.job} has "
+            f"{vary}={reference!r}; its values: {source.keys[vary]!r}"
         )
     return Pairs(over=over, vary=vary, reference=reference)
 
 
-def _groups(value: Any, where: str, train: TrainStage) -> Groups:
+def _groups(value: Any, where: str, source: _Source) -> Groups:
     groups = _mapping(value, where)
     _check_keys(groups, where, ("vary",), ("over", "values"))
-    over, vary = _selection_keys(groups, where, train)
+    over, vary = _selection_keys(groups, where, source)
     values = groups.get("values")
     if values is not None:
         if not isinstance(values, list) or len(values) < 2:
@@ -262,10 +380,10 @@ def _groups(value: Any, where: str, train: TrainStage) -> Groups:
                 f"{where}.values must list two or more values of {vary}, got {values!r}"
             )
         for v in values:
-            if v not in train.grid[vary]:
+            if v not in source.keys[vary]:
                 raise StudyError(
-                    f"{where}.values: no training job has {vary}={v!r}; its values: "
-                    f"{train.grid[vary]!r}"
+                    f"{where}.values: no {source.job} has {vary}={v!r}; its values: "
+                    f"{source.keys[vary]!r}"
                 )
         if len({repr(v) for v in values}) != len(values):
             raise StudyError(f"{where}.values repeats a value: {values!r}")
@@ -273,16 +391,13 @@ def _groups(value: Any, where: str, train: TrainStage) -> Groups:
     return Groups(over=over, vary=vary, values=values)
 
 
-def _evaluate(value: Any, i: int, base: Path, train: TrainStage) -> EvaluateStage:
+def _evaluate(
+    value: Any, i: int, base: Path, sources: dict[str, _Source], taken: set[str]
+) -> EvaluateStage:
     where = f"evaluate[{i}]"
     value = _mapping(value, where)
-    _check_keys(value, where, ("name", "kind", "config"), ("pairs", "groups", "args"))
-    name = value["name"]
-    if not isinstance(name, str) or not _NAME.match(name) or name == TRAIN_STAGE:
-        raise StudyError(
-            f"{where}.name must be a folder-safe name other than "
-            f"{TRAIN_STAGE!r} (letters, digits, _ . -), got {name!r}"
-        )
+    _check_keys(value, where, ("name", "kind", "config"), ("pairs", "groups", "args", "stage"))
+    name = _stage_name(value["name"], f"{where}.name", taken)
     where = f"evaluate stage {name!r}"
     kind = value["kind"]
     if kind not in EVALUATE_KINDS:
@@ -297,8 +412,13 @@ def _evaluate(value: Any, i: int, base: Path, train: TrainStage) -> EvaluateStag
         )
     if selector not in value:
         raise StudyError(f"{where} needs `{selector}` (which trained models it evaluates)")
+    stage = value.get("stage", TRAIN_STAGE)
+    if stage not in sources:
+        raise StudyError(
+            f"{where}.stage {stage!r} is no training stage; training stages: {', '.join(sources)}"
+        )
     parse = _pairs if selector == "pairs" else _groups
-    select = parse(value[selector], f"{where}.{selector}", train)
+    select = parse(value[selector], f"{where}.{selector}", sources[stage])
     return EvaluateStage(
         name=name,
         kind=kind,
@@ -306,6 +426,7 @@ def _evaluate(value: Any, i: int, base: Path, train: TrainStage) -> EvaluateStag
         pairs=select if selector == "pairs" else None,  # type: ignore[arg-type]
         groups=select if selector == "groups" else None,  # type: ignore[arg-type]
         args=_str_list(value.get("args"), f"{where}.args"),
+        stage=stage,
     )
 
 
@@ -337,20 +458,24 @@ def load_study(path: str | Path) -> Study:
     except yaml.YAMLError as err:
         raise StudyError(f"{path} is not valid YAML: {err}") from None
     data = _mapping(data, f"the study file {path}")
-    _check_keys(data, "the study file", ("name", "train"), ("evaluate", "executor"))
+    _check_keys(data, "the study file", ("name", "train"), ("spawn", "evaluate", "executor"))
     name = data["name"]
     if not isinstance(name, str) or not _NAME.match(name):
         raise StudyError(
             f"name must be a folder-safe string (letters, digits, _ . -), got {name!r}"
         )
     train = _train(data["train"], path.parent)
+    taken: set[str] = set()
+    spawned = data.get("spawn") or []
+    if not isinstance(spawned, list):
+        raise StudyError(f"spawn must be a list of stages, got {spawned!r}")
+    spawn = tuple(_spawn(s, i, train, taken) for i, s in enumerate(spawned))
+    sources = {TRAIN_STAGE: _Source(TRAIN_STAGE, train.grid, train.zip)}
+    sources.update({s.name: _Source(s.name, s.keys, s.zipped) for s in spawn})
     stages = data.get("evaluate") or []
     if not isinstance(stages, list):
         raise StudyError(f"evaluate must be a list of stages, got {stages!r}")
-    evaluate = tuple(_evaluate(s, i, path.parent, train) for i, s in enumerate(stages))
-    names = [s.name for s in evaluate]
-    if len(set(names)) != len(names):
-        raise StudyError(f"evaluate stage names must be unique, got {names}")
+    evaluate = tuple(_evaluate(s, i, path.parent, sources, taken) for i, s in enumerate(stages))
     return Study(
         name=name,
         train=train,
@@ -358,4 +483,5 @@ def load_study(path: str | Path) -> Study:
         path=path,
         text=text,
         executor=_executor(data.get("executor")),
+        spawn=spawn,
     )

@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from lmc.io import atomic_write
+from lmc.io import atomic_write, spawn_point
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -63,22 +63,54 @@ class RandomStateCheckpoint(Callback):
     starts its first epoch (after model building and the sanity check, which draw from it too),
     so augmentation, dropout and any other draw continue as if the run had never stopped.
 
-    ``lmc``'s CLI adds it to every run.
+    ``lmc``'s CLI adds it to every run; with ``restore=False`` (a run spawned from another
+    run's checkpoint, ``--spawn_from``) the checkpoint's random state is not restored, so the
+    new run draws from its own seed.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, restore: bool = True) -> None:
         self._pending: dict[str, Any] | None = None
+        self.restore = restore
 
     def state_dict(self) -> dict[str, Any]:
         return {"rng": rng_states()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._pending = state_dict.get("rng")
+        self._pending = state_dict.get("rng") if self.restore else None
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._pending is not None:
             set_rng_states(self._pending)
             self._pending = None
+
+
+class SpawnPoints(Callback):
+    """Save a full checkpoint (weights, optimizer, loop state) after each of ``epochs`` epochs
+    of training (0: before the first step) as ``checkpoints/spawn/epoch=<k>.ckpt``: the points
+    other runs start from with ``--spawn_from`` (Frankle et al. 2020's instability analysis:
+    two children of one parent at epoch k, trained on with different data orders).
+
+    ``lmc``'s CLI adds it for ``--spawn_points [k, ...]``.
+    """
+
+    def __init__(self, epochs: list[int]) -> None:
+        if any(isinstance(e, bool) or not isinstance(e, int) or e < 0 for e in epochs):
+            raise ValueError(f"--spawn_points: give whole numbers of epochs >= 0, got {epochs}")
+        self.epochs = sorted(set(epochs))
+
+    def _save(self, trainer: L.Trainer, epoch: int) -> None:
+        from lmc.tasks.rundir import run_dir
+
+        path = spawn_point(run_dir(trainer), epoch)
+        if epoch in self.epochs and not path.exists():  # a resumed run keeps what it saved
+            trainer.save_checkpoint(path)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == 0 and trainer.global_step == 0:
+            self._save(trainer, 0)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._save(trainer, trainer.current_epoch + 1)
 
 
 def is_run_dir(path: Path) -> bool:
