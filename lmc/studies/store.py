@@ -31,13 +31,19 @@ def _write_json(path: Path, payload: Any) -> None:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a killed process its parent has not reaped yet, a zombie,
+    does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, owned by someone else
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (not Linux): trust the signal
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 class StudyStore:
@@ -49,6 +55,14 @@ class StudyStore:
     def job_dir(self, job: Job | dict[str, Any]) -> Path:
         stage, jid = (job.stage, job.id) if isinstance(job, Job) else (job["stage"], job["id"])
         return self.root / "jobs" / stage / jid
+
+    def holder(self) -> int | None:
+        """The id of the live process that holds the lock, if any."""
+        try:
+            pid = int((self.root / LOCK_FILE).read_text().strip() or 0)
+        except (OSError, ValueError):
+            return None
+        return pid if pid and _pid_alive(pid) else None
 
     @contextmanager
     def lock(self) -> Iterator[None]:
@@ -158,13 +172,19 @@ class StudyStore:
 
 
 def status(root: str | Path) -> dict[str, dict[str, int]]:
-    """Per stage, how many jobs of the study folder ``root`` are done, failed and pending."""
+    """Per stage, how many jobs of the study folder ``root`` are done, failed, running (begun
+    while a live process holds the lock) and pending (not begun, or begun by a run that was
+    stopped: the next run redoes them)."""
     store = StudyStore(root)
+    live = store.holder() is not None
     counts: dict[str, dict[str, int]] = {}
     for job in store.plan():
         rec = store.record(job)
-        state = rec.get("status") if rec else "pending"
-        state = state if state in ("done", "failed") else "pending"
-        stage = counts.setdefault(job["stage"], {"done": 0, "failed": 0, "pending": 0})
+        state = rec.get("status") if rec else None
+        if state not in ("done", "failed"):
+            state = "running" if live and store.job_dir(job).is_dir() else "pending"
+        stage = counts.setdefault(
+            job["stage"], {"done": 0, "failed": 0, "running": 0, "pending": 0}
+        )
         stage[state] += 1
     return counts

@@ -127,8 +127,8 @@ def test_shard_folders_copied_together_are_the_whole_study(tiny_run, tmp_path):
         assert len(summary.ran) == 3 and not summary.failed and not summary.left_to_merge
     shutil.copytree(outs[1] / "jobs", outs[0] / "jobs", dirs_exist_ok=True)
     assert status(outs[0]) == {
-        "train": {"done": 4, "failed": 0, "pending": 0},
-        "barrier": {"done": 2, "failed": 0, "pending": 0},
+        "train": {"done": 4, "failed": 0, "running": 0, "pending": 0},
+        "barrier": {"done": 2, "failed": 0, "running": 0, "pending": 0},
     }
     ran: list[list[str]] = []
     summary = run_study(path, outs[0], runner=ran.append, log=_quiet)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -23,14 +25,14 @@ def _records(out):
 def test_run_finishes_every_job_and_status_says_so(tiny_run, capsys):
     _, out = tiny_run
     assert status(out) == {
-        "train": {"done": 4, "failed": 0, "pending": 0},
-        "barrier": {"done": 2, "failed": 0, "pending": 0},
+        "train": {"done": 4, "failed": 0, "running": 0, "pending": 0},
+        "barrier": {"done": 2, "failed": 0, "running": 0, "pending": 0},
     }
     records = _records(out)
     assert len(records) == 6 and all(r["status"] == "done" for r in records.values())
     assert all((out / r["run_dir"] / "config.yaml").is_file() for r in records.values())
     main(["study", "status", str(out)])
-    assert "train      done 4  failed 0  pending 0" in capsys.readouterr().out
+    assert "train      done 4  failed 0  running 0  pending 0" in capsys.readouterr().out
 
 
 def test_rerun_skips_every_done_job(tiny_run, tmp_path):
@@ -87,7 +89,7 @@ def test_a_failing_job_is_recorded_and_the_others_run(tmp_path):
     assert train["error"] == "RuntimeError: boom" and "boom" in train["log_tail"]
     barrier = next(r for r in failed if r["stage"] == "barrier")
     assert train["id"] in barrier["error"]
-    assert status(tmp_path / "out")["train"] == {"done": 3, "failed": 1, "pending": 0}
+    assert status(tmp_path / "out")["train"] == {"done": 3, "failed": 1, "running": 0, "pending": 0}
 
 
 def test_the_lock_refuses_a_second_run(tmp_path):
@@ -104,7 +106,16 @@ def test_the_lock_refuses_a_second_run(tmp_path):
     (out / ".lock").write_text(str(dead.pid))
     with StudyStore(out).lock():
         assert (out / ".lock").read_text() == str(os.getpid())
+        assert StudyStore(out).holder() == os.getpid()
     assert not (out / ".lock").exists()
+    # nor does a killed process that nobody reaped yet (a zombie)
+    killed = subprocess.Popen(["sleep", "60"])
+    os.kill(killed.pid, signal.SIGKILL)
+    time.sleep(0.5)
+    (out / ".lock").write_text(str(killed.pid))
+    with StudyStore(out).lock():
+        assert StudyStore(out).holder() == os.getpid()
+    killed.wait()
 
 
 def test_a_folder_of_another_study_is_refused_unless_forced(tiny_run, tmp_path):
