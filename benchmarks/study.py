@@ -25,7 +25,8 @@ Run ``python benchmarks/study.py`` (the 003 width study, 18 trainings of 100 epo
 barriers on the CPU; ``--study FILE``, ``--dir DIR`` to keep the folder, ``--workers N``). The
 last line is ``study_minutes=<..> jobs=<..> job_overhead_s=<..> startup_s=<..>
 resumed_jobs_redone=<..> barrier_matched_small_width=<..> barrier_matched_large_width=<..>
-barrier_naive_small_width=<..> barrier_naive_large_width=<..>``. Exit code 0 when the checks
+barrier_naive_small_width=<..> barrier_naive_large_width=<..> report_html_bytes=<..>
+report_figures=<..>`` (the report the rerun wrote at its end). Exit code 0 when the checks
 hold.
 """
 
@@ -336,6 +337,13 @@ def main(argv: list[str] | None = None) -> None:
         f"({values['barrier_matched_small_width']:.4g} at {min(by_width)}, "
         f"{values['barrier_matched_large_width']:.4g} at {max(by_width)})"
     )
+    # the report `lmc study run` wrote at the end of the rerun
+    html = root / "report" / "report.html"
+    if not html.is_file():
+        _fail(f"the rerun wrote no report ({html})", log2)
+    report_bytes = html.stat().st_size
+    report_figures = html.read_text().count("<figure")
+    print(f"report: {html} ({report_bytes} bytes, {report_figures} figures)")
     if temp is not None:
         shutil.rmtree(temp, ignore_errors=True)
     line = {
@@ -345,6 +353,8 @@ def main(argv: list[str] | None = None) -> None:
         "startup_s": startup,
         "resumed_jobs_redone": len(redone),
         **values,
+        "report_html_bytes": report_bytes,
+        "report_figures": report_figures,
     }
     print(" ".join(f"{k}={v}" if isinstance(v, int) else f"{k}={v:.4g}" for k, v in line.items()))
 

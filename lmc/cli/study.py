@@ -42,8 +42,27 @@ def _parser() -> argparse.ArgumentParser:
         help="run only shard I of N (for machines without a scheduler); copy the shard "
         "folders together for the whole study",
     )
-    s = sub.add_parser("status", help="done / failed / pending jobs per stage")
+    r.add_argument(
+        "--no-report",
+        action="store_true",
+        help="do not write the report (DIR/report/report.html, report.md) at the end",
+    )
+    s = sub.add_parser("status", help="done / failed / running / pending jobs per stage")
     s.add_argument("dir")
+    rep = sub.add_parser(
+        "report",
+        help="write DIR/report/report.html and report.md (figures, tables over seeds, failed "
+        "jobs, environment); with --wandb, a W&B Report",
+    )
+    rep.add_argument("dir")
+    rep.add_argument("--out", default=None, help="another folder for the report")
+    rep.add_argument(
+        "--wandb",
+        default=None,
+        metavar="ENTITY/PROJECT",
+        help="also build a W&B Report of the study's runs there (pip install -e '.[reports]'); "
+        "offline, its spec is written to report/wandb_report.json for a later upload",
+    )
     return parser
 
 
@@ -89,8 +108,37 @@ def _dispatch(ns: argparse.Namespace, in_process: bool) -> None:
             f"{len(summary.failed)}, resumed {len(summary.resumed)} in "
             f"{summary.seconds / 60:.1f} min; lmc study status {ns.dir}"
         )
+        if not ns.no_report:
+            _report(ns.dir, None, None, after_run=True)
         if summary.failed and not in_process:
             raise SystemExit(1)  # the console sees failed jobs in the exit status
+    elif ns.command == "report":
+        _report(ns.dir, ns.out, ns.wandb, after_run=False)
     else:
         for stage, counts in status(ns.dir).items():
             print(f"{stage:10s} " + "  ".join(f"{k} {v}" for k, v in counts.items()))
+
+
+def _report(root: str, out: str | None, wandb: str | None, after_run: bool) -> None:
+    """Write the study's report; after a run, a report that cannot be written is a warning
+    (the study's results are complete either way), on its own an error."""
+    from lmc.studies import StudyError
+    from lmc.studies.report import write_report
+
+    try:
+        report = write_report(root, out)
+    except Exception as err:  # after a run, the study's results stand without a report
+        if not after_run or (os.environ.get("LMC_DEBUG") and not isinstance(err, StudyError)):
+            raise
+        sys.stderr.write(
+            f"lmc study: the report was not written: {type(err).__name__}: {err} "
+            f"(lmc study report {root} retries)\n"
+        )
+        return
+    for note in report.notes:
+        print(f"note: {note}")
+    print(f"report: {report.html} ({len(report.figures)} figures), {report.markdown}")
+    if wandb:
+        from lmc.studies.wandb_report import publish_or_save
+
+        print(publish_or_save(root, report, wandb))

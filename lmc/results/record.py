@@ -144,8 +144,12 @@ class RunRecord:
         return Table([label, axis, "metric", "value"], self.series_rows())
 
 
-def _pointer(parent: str, key: Any) -> str:
+def json_pointer(parent: str, key: Any) -> str:
+    """The JSON Pointer (RFC 6901) of ``key`` under ``parent``, as ``nonfinite`` lists them."""
     return f"{parent}/{str(key).replace('~', '~0').replace('/', '~1')}"
+
+
+_pointer = json_pointer
 
 
 def to_plain(value: Any, pointer: str = "", nonfinite: list[str] | None = None) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from lmc.results import read_record
+from lmc.results.record import json_pointer
 from lmc.studies.store import StudyStore
 
 _NOT_METRICS = {"epoch", "step"}
@@ -39,9 +40,13 @@ def job_metrics(run_dir: Path) -> dict[str, Any]:
     if (run_dir / "metrics.csv").is_file():
         metrics.update(last_logged(run_dir / "metrics.csv"))
     if (run_dir / "summary.json").is_file():
-        for key, value in read_record(run_dir).scalar_summary().items():
+        record = read_record(run_dir)
+        diverged = set(record.nonfinite)
+        for key, value in record.scalar_summary().items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) and value is not None:
                 continue
+            if value is None and json_pointer("/summary", key) not in diverged:
+                continue  # not measured by this task (e.g. accuracy of a regression)
             metrics[key] = math.nan if value is None else float(value)
     return metrics
 

@@ -19,6 +19,9 @@ Layout (paths relative to the study file)::
         kind: merge                                 # barrier | curve: pairs; merge: groups
         config: merge.yaml
         groups: {over: [model.init_args.net.init_args.width], vary: seed_everything}
+    figures:                                        # optional: the report's figures
+      - {name: barrier_vs_width, kind: line, stage: barrier,
+         x: model.init_args.net.init_args.width, y: [barrier_loss_matched, barrier_loss_naive]}
     executor:                                       # optional
       workers: 2                                    # default of --workers
       submitit: {slurm_partition: gpu, timeout_min: 60, gpus_per_node: 1}
@@ -150,6 +153,16 @@ class Study:
     text: str
     executor: Executor = field(default_factory=Executor)
     spawn: tuple[SpawnStage, ...] = ()
+    #: the report's figures (:class:`lmc.studies.figures.FigureSpec`)
+    figures: tuple[Any, ...] = ()
+
+    def stage_keys(self) -> dict[str, list[str]]:
+        """Every stage's coordinate keys: a training stage's grid (and spawn) keys, an evaluate
+        stage's ``over`` and ``vary`` keys."""
+        keys = {TRAIN_STAGE: list(self.train.grid)}
+        keys.update({s.name: list(s.keys) for s in self.spawn})
+        keys.update({s.name: [*s.select.over, s.select.vary] for s in self.evaluate})
+        return keys
 
     def training_stage(self, name: str) -> tuple[dict[str, list[Any]], tuple]:
         """The coordinate keys (with their values) and zip groups of the training stage
@@ -458,7 +471,9 @@ def load_study(path: str | Path) -> Study:
     except yaml.YAMLError as err:
         raise StudyError(f"{path} is not valid YAML: {err}") from None
     data = _mapping(data, f"the study file {path}")
-    _check_keys(data, "the study file", ("name", "train"), ("spawn", "evaluate", "executor"))
+    _check_keys(
+        data, "the study file", ("name", "train"), ("spawn", "evaluate", "executor", "figures")
+    )
     name = data["name"]
     if not isinstance(name, str) or not _NAME.match(name):
         raise StudyError(
@@ -476,7 +491,7 @@ def load_study(path: str | Path) -> Study:
     if not isinstance(stages, list):
         raise StudyError(f"evaluate must be a list of stages, got {stages!r}")
     evaluate = tuple(_evaluate(s, i, path.parent, sources, taken) for i, s in enumerate(stages))
-    return Study(
+    study = Study(
         name=name,
         train=train,
         evaluate=evaluate,
@@ -485,3 +500,10 @@ def load_study(path: str | Path) -> Study:
         executor=_executor(data.get("executor")),
         spawn=spawn,
     )
+    if data.get("figures"):
+        from dataclasses import replace
+
+        from lmc.studies.figures import parse_figures
+
+        study = replace(study, figures=parse_figures(data["figures"], study.stage_keys()))
+    return study

@@ -1,0 +1,334 @@
+"""A study's report: ``report.html`` (one self-contained file: CSS inline, figures inline as
+SVG, no script, font or request leaving the file) and ``report.md`` (the same content, figures
+as PNG files beside it), with the study file, its grid, every declared figure, the summary
+tables over seeds, the failed jobs with their error, the environment and the wall time per
+stage. Written into ``<study folder>/report/`` by ``lmc study report DIR`` and at the end of
+``lmc study run``."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import platform
+import re
+import subprocess
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from lmc.io import atomic_write
+from lmc.studies.schema import StudyError
+from lmc.studies.store import PLAN_FILE, STUDY_FILE, StudyStore
+
+REPORT_DIR = "report"
+_CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1100px;margin:2em auto;
+padding:0 1em;color:#1b1b1b;line-height:1.45}
+h1{font-size:1.7em;margin-bottom:.2em}h2{margin-top:1.8em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.6em 0;font-size:.88em}
+th,td{border:1px solid #ccc;padding:.25em .55em;text-align:right}
+th{background:#f3f3f3}td.l,th.l{text-align:left}
+pre{background:#f7f7f7;border:1px solid #e3e3e3;padding:.8em;overflow-x:auto;font-size:.85em}
+figure{margin:1.2em 0}figure svg{max-width:100%;height:auto}
+figcaption{font-size:.9em;color:#444}.bad{color:#a40000}.note{color:#555;font-size:.9em}
+"""
+
+
+@dataclass
+class Report:
+    """What :func:`write_report` wrote."""
+
+    html: Path
+    markdown: Path
+    figures: list[Any] = field(default_factory=list)
+    tables: dict[str, Path] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _fmt(value: Any) -> str:
+    """A table cell: numbers to 4 significant digits, non-finite values as such."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+    return str(value)
+
+
+def _html_table(frame: pd.DataFrame, name: str) -> str:
+    head = "".join(f"<th class='l'>{html.escape(str(c))}</th>" for c in frame.columns)
+    rows = []
+    for row in frame.itertuples(index=False):
+        cells = []
+        for value in row:
+            text = html.escape(_fmt(value))
+            cls = " class='l'" if not isinstance(value, (int, float)) else ""
+            cells.append(f"<td{cls}>{text}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return (
+        f"<table data-name='{html.escape(name)}' data-rows='{len(frame)}'>"
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _md_table(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "_(none)_\n"
+
+    def cell(v: Any) -> str:
+        return _fmt(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(str(c) for c in frame.columns) + " |"]
+    lines.append("|" + "---|" * len(frame.columns))
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(False)]
+    return "\n".join(lines) + "\n"
+
+
+def _git_commit(folder: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _environment(study_file: str | None) -> dict[str, str]:
+    from lmc.results import environment_versions
+
+    env = {k: str(v) for k, v in environment_versions().items()}
+    env["python"] = platform.python_version()
+    env["platform"] = platform.platform()
+    try:
+        import torch
+
+        env["device"] = (
+            torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        ) + f" ({torch.get_num_threads()} CPU threads)"
+    except Exception:  # pragma: no cover - torch missing or broken
+        pass
+    if study_file:
+        commit = _git_commit(Path(study_file).parent)
+        if commit:
+            env["git commit"] = commit
+    env["report written"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return env
+
+
+def _stage_times(jobs: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for stage, group in jobs.groupby("stage", sort=False):
+        counts = group.status.value_counts()
+        started = pd.to_datetime(group.started, errors="coerce", utc=True).min()
+        finished = pd.to_datetime(group.finished, errors="coerce", utc=True).max()
+        wall = (finished - started).total_seconds() if pd.notna(started) else math.nan
+        rows.append(
+            {
+                "stage": stage,
+                "jobs": len(group),
+                "done": int(counts.get("done", 0)),
+                "failed": int(counts.get("failed", 0)),
+                "not done": int(len(group) - counts.get("done", 0) - counts.get("failed", 0)),
+                "job seconds (sum)": float(group.seconds.sum(skipna=True)),
+                "wall seconds": wall,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _grid(plan: list[dict[str, Any]]) -> pd.DataFrame:
+    rows: dict[tuple[str, str], list[str]] = {}
+    for job in plan:
+        for key, value in job["coordinates"].items():
+            values = rows.setdefault((job["stage"], key), [])
+            text = json.dumps(value, default=str)
+            if text not in values:
+                values.append(text)
+    return pd.DataFrame(
+        [{"stage": s, "key": k, "values": ", ".join(v)} for (s, k), v in rows.items()]
+    )
+
+
+def _figure_specs(root: Path, text: str) -> tuple[Any, ...]:
+    data = yaml.safe_load(text) or {}
+    if not data.get("figures"):
+        return ()
+    from lmc.studies.figures import parse_figures
+
+    plan = json.loads((root / PLAN_FILE).read_text())["jobs"]
+    keys: dict[str, list[str]] = {}
+    for job in plan:
+        for key in job["coordinates"]:
+            if key not in keys.setdefault(job["stage"], []):
+                keys[job["stage"]].append(key)
+    return parse_figures(data["figures"], keys)
+
+
+def _svg(path: Path) -> str:
+    text = path.read_text()
+    text = re.sub(r"<\?xml[^>]*\?>", "", text)
+    text = re.sub(r"<!DOCTYPE[^>]*>", "", text)
+    return text.strip()
+
+
+def write_report(root: str | Path, out: str | Path | None = None) -> Report:
+    """Write the report of the study folder ``root`` into ``out`` (default ``root/report``).
+
+    Raises:
+        StudyError: ``root`` is no study folder (naming what is missing), or a figure names a
+            metric no done job of its stage has (listing the available ones), before anything
+            is drawn or written.
+    """
+    from lmc.studies import aggregate
+    from lmc.studies.figures import render_figures
+
+    root = Path(root).resolve()
+    missing = [n for n in (PLAN_FILE, STUDY_FILE) if not (root / n).is_file()]
+    if missing:
+        raise StudyError(
+            f"{root} is no study folder: it has no {' and no '.join(missing)} (a study folder "
+            "is made by `lmc study run FILE --dir DIR`)"
+        )
+    out = Path(out) if out is not None else root / REPORT_DIR
+    store = StudyStore(root)
+    plan_doc = json.loads((root / PLAN_FILE).read_text())
+    plan = plan_doc["jobs"]
+    text = (root / STUDY_FILE).read_text()
+    name = plan_doc.get("study") or root.name
+    specs = _figure_specs(root, text)
+    jobs = aggregate.job_table(root)
+    done = int((jobs.status == "done").sum())
+    notes: list[str] = []
+    figures: list[Any] = []
+    if done == 0:
+        notes.append(f"no job of the study is done ({len(jobs)} planned): no figure to draw")
+    elif specs:
+        figures = render_figures(specs, root, out / "figures")  # checks metrics first
+    tables = aggregate.write_tables(root, out / "tables")
+    summary = pd.read_csv(tables["summary"]) if "summary" in tables else pd.DataFrame()
+    failed = jobs[jobs.status == "failed"][["stage", "job", "error"]]
+    failed = failed.assign(log=[f"jobs/{s}/{j}/job.log" for s, j in zip(failed.stage, failed.job)])
+    times = _stage_times(jobs)
+    env = _environment(plan_doc.get("file"))
+    env_frame = pd.DataFrame({"": list(env), "value": list(env.values())})
+    if not failed.empty:
+        notes.append(f"{len(failed)} job(s) failed: see the table of failed jobs")
+    nonfinite = summary[summary.n_nonfinite > 0] if "n_nonfinite" in summary else summary
+    if len(nonfinite):
+        names = sorted(set(nonfinite.metric))
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        notes.append(
+            f"{int(nonfinite.n_nonfinite.sum())} non-finite value(s) (NaN or inf) of {shown} "
+            "are excluded from the means and counted per cell in n_nonfinite"
+        )
+    status_line = (
+        f"{len(jobs)} jobs: {done} done, {int((jobs.status == 'failed').sum())} failed, "
+        f"{len(jobs) - done - int((jobs.status == 'failed').sum())} not done"
+    )
+    _write_html(
+        out / "report.html",
+        name,
+        status_line,
+        notes,
+        text,
+        plan,
+        figures,
+        summary,
+        failed,
+        times,
+        env_frame,
+        tables,
+    )
+    _write_md(
+        out / "report.md",
+        name,
+        status_line,
+        notes,
+        text,
+        plan,
+        figures,
+        summary,
+        failed,
+        times,
+        env_frame,
+        tables,
+        out,
+    )
+    del store
+    return Report(out / "report.html", out / "report.md", figures, tables, notes)
+
+
+def _caption(fig: Any) -> str:
+    spec = fig.spec
+    text = f"{spec.title or spec.name}: {', '.join(spec.y)}"
+    if spec.x:
+        text += f" vs {spec.x}"
+    text += f" ({spec.kind}, stage {spec.stage}; mean over seeds, 95 % CI)"
+    if fig.fit:
+        text += "; fit " + ", ".join(f"{k} = {v:.4g}" for k, v in fig.fit.items())
+    return text
+
+
+def _write_html(path, name, status_line, notes, text, plan, figures, summary, failed, times,
+                env, tables) -> None:  # fmt: skip
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>{html.escape(name)}: lmc study report</title><style>{_CSS}</style></head><body>",
+        f"<h1>Study {html.escape(name)}</h1><p>{html.escape(status_line)}</p>",
+    ]
+    parts += [f"<p class='bad'>{html.escape(n)}</p>" for n in notes]
+    parts.append("<h2>Figures</h2>")
+    if not figures:
+        parts.append("<p class='note'>No figure (none declared under <code>figures:</code>, "
+                     "or no job done).</p>")  # fmt: skip
+    for fig in figures:
+        parts.append(
+            f"<figure data-name='{html.escape(fig.spec.name)}'>{_svg(fig.svg)}"
+            f"<figcaption>{html.escape(_caption(fig))}</figcaption></figure>"
+        )
+    parts.append("<h2>Summary over seeds</h2>")
+    parts.append("<p class='note'>n: finite values in the mean; n_nonfinite: excluded; "
+                 "ci: 95 % t-interval; n_failed / n_missing: jobs of the cell not done.</p>")  # fmt: skip
+    parts.append(_html_table(summary, "summary"))
+    parts.append("<h2>Failed jobs</h2>")
+    parts.append(_html_table(failed, "failed") if not failed.empty else "<p>None.</p>")
+    parts.append("<h2>Wall time per stage</h2>" + _html_table(times, "stages"))
+    parts.append("<h2>Grid</h2>" + _html_table(_grid(plan), "grid"))
+    parts.append(f"<h2>Study file</h2><pre>{html.escape(text)}</pre>")
+    parts.append("<h2>Environment</h2>" + _html_table(env, "environment"))
+    files = ", ".join(f"tables/{p.name}" for p in tables.values())
+    parts.append(f"<p class='note'>Data: {html.escape(files)}.</p></body></html>")
+    atomic_write(path, lambda f: f.write("\n".join(parts)), mode="w")
+
+
+def _write_md(path, name, status_line, notes, text, plan, figures, summary, failed, times, env,
+              tables, out) -> None:  # fmt: skip
+    lines = [f"# Study {name}", "", status_line, ""]
+    lines += [f"**{n}**\n" for n in notes]
+    lines.append("## Figures\n")
+    for fig in figures:
+        rel = fig.png.relative_to(out) if fig.png.is_relative_to(out) else fig.png
+        lines.append(f"![{fig.spec.name}]({rel})\n\n{_caption(fig)} (PDF: "
+                     f"{rel.with_suffix('.pdf')}, data: {rel.with_suffix('.csv')})\n")  # fmt: skip
+    if not figures:
+        lines.append("_No figure._\n")
+    lines += ["## Summary over seeds\n", _md_table(summary)]
+    lines += ["## Failed jobs\n", _md_table(failed) if not failed.empty else "None.\n"]
+    lines += ["## Wall time per stage\n", _md_table(times)]
+    lines += ["## Grid\n", _md_table(_grid(plan))]
+    lines += ["## Study file\n", "```yaml", text.rstrip(), "```", ""]
+    lines += ["## Environment\n", _md_table(env)]
+    atomic_write(path, lambda f: f.write("\n".join(lines)), mode="w")
