@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import stat
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -80,6 +81,16 @@ def save_net_checkpoint(
     atomic_write(path, lambda f: torch.save(payload, f))
 
 
+def _kept_mode(path: Path) -> int:
+    """The mode of the file ``path`` replaces, else that of a new file under the umask."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temporary path beside ``path`` (same folder and suffix) to write to; renamed onto
@@ -99,6 +110,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = Path(name)
     try:
         yield tmp
+        if tmp.exists():  # mkstemp makes it private (0600): give it a new file's mode
+            os.chmod(tmp, _kept_mode(path))
         os.replace(tmp, path)
     except OSError as err:
         raise OSError(

@@ -107,3 +107,20 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
         atomic_write(path, full_disk)
     assert path.read_bytes() == b"old"
     assert not list(tmp_path.glob(".x.bin.*"))  # no temporary file left
+
+
+def test_atomic_write_gives_a_new_file_the_umask_mode_and_keeps_an_old_files(tmp_path):
+    import os
+    import stat
+
+    from lmc.io import atomic_write
+
+    umask = os.umask(0o022)
+    try:
+        new = atomic_write(tmp_path / "new.txt", lambda f: f.write("a"), mode="w")
+        assert stat.S_IMODE(new.stat().st_mode) == 0o644  # readable by others, as open() makes it
+        os.chmod(new, 0o600)
+        atomic_write(new, lambda f: f.write("b"), mode="w")
+        assert stat.S_IMODE(new.stat().st_mode) == 0o600 and new.read_text() == "b"
+    finally:
+        os.umask(umask)
