@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from tests.helpers import REPO
-from tests.studies.conftest import tiny_study, write_study
+from tests.studies.conftest import WIDTH, tiny_study, write_study
 
 
 def _env(tmp_path) -> dict[str, str]:
@@ -29,6 +29,15 @@ def test_the_study_benchmark_kills_reruns_and_reports(tmp_path):
     # a few seconds per train job: the kill lands while jobs run (the benchmark also waits
     # for a job in flight before it kills)
     args[args.index("--trainer.max_epochs=1")] = "--trainer.max_epochs=100"
+    study["figures"] = [
+        {
+            "name": "barrier_vs_width",
+            "kind": "line",
+            "stage": "barrier",
+            "x": WIDTH,
+            "y": ["barrier_loss_matched", "barrier_loss_naive"],
+        }
+    ]
     path = write_study(tmp_path, study)
     proc = subprocess.run(
         [
@@ -63,4 +72,8 @@ def test_the_study_benchmark_kills_reruns_and_reports(tmp_path):
     for key in ("study_minutes", "job_overhead_s", "startup_s"):
         assert math.isfinite(float(values[key])), last
     assert "matched barrier falls with width: " in proc.stdout
+    # the report the rerun wrote at its end, with the declared figure
+    assert int(values["report_figures"]) == 1, last
+    html = tmp_path / "out" / "report" / "report.html"
+    assert int(values["report_html_bytes"]) == html.stat().st_size > 10_000
     assert (tmp_path / "out" / "plan.json").is_file()  # a given --dir is kept

@@ -22,10 +22,14 @@ import pandas as pd
 import yaml
 
 from lmc.io import atomic_write
-from lmc.studies.schema import StudyError
-from lmc.studies.store import PLAN_FILE, STUDY_FILE, StudyStore
+from lmc.studies.store import PLAN_FILE, STUDY_FILE, study_folder
 
 REPORT_DIR = "report"
+_NO_FIGURE = "No figure (none declared under figures: in the study file, or no job done)."
+_SUMMARY_NOTE = (
+    "n: finite values in the mean; n_nonfinite: NaN/inf values excluded; ci: 95 % t-interval; "
+    "n_failed / n_missing: jobs of the cell not done."
+)
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1100px;margin:2em auto;
 padding:0 1em;color:#1b1b1b;line-height:1.45}
@@ -195,15 +199,8 @@ def write_report(root: str | Path, out: str | Path | None = None) -> Report:
     from lmc.studies import aggregate
     from lmc.studies.figures import render_figures
 
-    root = Path(root).resolve()
-    missing = [n for n in (PLAN_FILE, STUDY_FILE) if not (root / n).is_file()]
-    if missing:
-        raise StudyError(
-            f"{root} is no study folder: it has no {' and no '.join(missing)} (a study folder "
-            "is made by `lmc study run FILE --dir DIR`)"
-        )
+    root = study_folder(root)
     out = Path(out) if out is not None else root / REPORT_DIR
-    store = StudyStore(root)
     plan_doc = json.loads((root / PLAN_FILE).read_text())
     plan = plan_doc["jobs"]
     text = (root / STUDY_FILE).read_text()
@@ -238,37 +235,28 @@ def write_report(root: str | Path, out: str | Path | None = None) -> Report:
         f"{len(jobs)} jobs: {done} done, {int((jobs.status == 'failed').sum())} failed, "
         f"{len(jobs) - done - int((jobs.status == 'failed').sum())} not done"
     )
-    _write_html(
-        out / "report.html",
-        name,
-        status_line,
-        notes,
-        text,
-        plan,
-        figures,
-        summary,
-        failed,
-        times,
-        env_frame,
-        tables,
+    content = _Content(
+        name, status_line, notes, text, _grid(plan), figures, summary, failed, times, env_frame
     )
-    _write_md(
-        out / "report.md",
-        name,
-        status_line,
-        notes,
-        text,
-        plan,
-        figures,
-        summary,
-        failed,
-        times,
-        env_frame,
-        tables,
-        out,
-    )
-    del store
+    _write_html(out / "report.html", content, tables)
+    _write_md(out / "report.md", content, out)
     return Report(out / "report.html", out / "report.md", figures, tables, notes)
+
+
+@dataclass
+class _Content:
+    """What both the HTML and the Markdown report show."""
+
+    name: str
+    status_line: str
+    notes: list[str]
+    study_text: str
+    grid: pd.DataFrame
+    figures: list[Any]
+    summary: pd.DataFrame
+    failed: pd.DataFrame
+    times: pd.DataFrame
+    env: pd.DataFrame
 
 
 def _caption(fig: Any) -> str:
@@ -282,53 +270,50 @@ def _caption(fig: Any) -> str:
     return text
 
 
-def _write_html(path, name, status_line, notes, text, plan, figures, summary, failed, times,
-                env, tables) -> None:  # fmt: skip
+def _write_html(path: Path, c: _Content, tables: dict[str, Path]) -> None:
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-        f"<title>{html.escape(name)}: lmc study report</title><style>{_CSS}</style></head><body>",
-        f"<h1>Study {html.escape(name)}</h1><p>{html.escape(status_line)}</p>",
+        f"<title>{html.escape(c.name)}: lmc study report</title><style>{_CSS}</style></head>",
+        f"<body><h1>Study {html.escape(c.name)}</h1><p>{html.escape(c.status_line)}</p>",
     ]
-    parts += [f"<p class='bad'>{html.escape(n)}</p>" for n in notes]
+    parts += [f"<p class='bad'>{html.escape(n)}</p>" for n in c.notes]
     parts.append("<h2>Figures</h2>")
-    if not figures:
-        parts.append("<p class='note'>No figure (none declared under <code>figures:</code>, "
-                     "or no job done).</p>")  # fmt: skip
-    for fig in figures:
+    if not c.figures:
+        parts.append(f"<p class='note'>{_NO_FIGURE}</p>")
+    for fig in c.figures:
         parts.append(
             f"<figure data-name='{html.escape(fig.spec.name)}'>{_svg(fig.svg)}"
             f"<figcaption>{html.escape(_caption(fig))}</figcaption></figure>"
         )
-    parts.append("<h2>Summary over seeds</h2>")
-    parts.append("<p class='note'>n: finite values in the mean; n_nonfinite: excluded; "
-                 "ci: 95 % t-interval; n_failed / n_missing: jobs of the cell not done.</p>")  # fmt: skip
-    parts.append(_html_table(summary, "summary"))
+    parts.append(f"<h2>Summary over seeds</h2><p class='note'>{_SUMMARY_NOTE}</p>")
+    parts.append(_html_table(c.summary, "summary"))
     parts.append("<h2>Failed jobs</h2>")
-    parts.append(_html_table(failed, "failed") if not failed.empty else "<p>None.</p>")
-    parts.append("<h2>Wall time per stage</h2>" + _html_table(times, "stages"))
-    parts.append("<h2>Grid</h2>" + _html_table(_grid(plan), "grid"))
-    parts.append(f"<h2>Study file</h2><pre>{html.escape(text)}</pre>")
-    parts.append("<h2>Environment</h2>" + _html_table(env, "environment"))
+    parts.append(_html_table(c.failed, "failed") if not c.failed.empty else "<p>None.</p>")
+    parts.append("<h2>Wall time per stage</h2>" + _html_table(c.times, "stages"))
+    parts.append("<h2>Grid</h2>" + _html_table(c.grid, "grid"))
+    parts.append(f"<h2>Study file</h2><pre>{html.escape(c.study_text)}</pre>")
+    parts.append("<h2>Environment</h2>" + _html_table(c.env, "environment"))
     files = ", ".join(f"tables/{p.name}" for p in tables.values())
     parts.append(f"<p class='note'>Data: {html.escape(files)}.</p></body></html>")
     atomic_write(path, lambda f: f.write("\n".join(parts)), mode="w")
 
 
-def _write_md(path, name, status_line, notes, text, plan, figures, summary, failed, times, env,
-              tables, out) -> None:  # fmt: skip
-    lines = [f"# Study {name}", "", status_line, ""]
-    lines += [f"**{n}**\n" for n in notes]
+def _write_md(path: Path, c: _Content, out: Path) -> None:
+    lines = [f"# Study {c.name}", "", c.status_line, ""]
+    lines += [f"**{n}**\n" for n in c.notes]
     lines.append("## Figures\n")
-    for fig in figures:
+    for fig in c.figures:
         rel = fig.png.relative_to(out) if fig.png.is_relative_to(out) else fig.png
-        lines.append(f"![{fig.spec.name}]({rel})\n\n{_caption(fig)} (PDF: "
-                     f"{rel.with_suffix('.pdf')}, data: {rel.with_suffix('.csv')})\n")  # fmt: skip
-    if not figures:
-        lines.append("_No figure._\n")
-    lines += ["## Summary over seeds\n", _md_table(summary)]
-    lines += ["## Failed jobs\n", _md_table(failed) if not failed.empty else "None.\n"]
-    lines += ["## Wall time per stage\n", _md_table(times)]
-    lines += ["## Grid\n", _md_table(_grid(plan))]
-    lines += ["## Study file\n", "```yaml", text.rstrip(), "```", ""]
-    lines += ["## Environment\n", _md_table(env)]
+        lines.append(
+            f"![{fig.spec.name}]({rel})\n\n{_caption(fig)} (PDF: "
+            f"{rel.with_suffix('.pdf')}, data: {rel.with_suffix('.csv')})\n"
+        )
+    if not c.figures:
+        lines.append(f"_{_NO_FIGURE}_\n")
+    lines += ["## Summary over seeds\n", _SUMMARY_NOTE + "\n", _md_table(c.summary)]
+    lines += ["## Failed jobs\n", _md_table(c.failed) if not c.failed.empty else "None.\n"]
+    lines += ["## Wall time per stage\n", _md_table(c.times)]
+    lines += ["## Grid\n", _md_table(c.grid)]
+    lines += ["## Study file\n", "```yaml", c.study_text.rstrip(), "```", ""]
+    lines += ["## Environment\n", _md_table(c.env)]
     atomic_write(path, lambda f: f.write("\n".join(lines)), mode="w")

@@ -171,6 +171,22 @@ class StudyStore:
         shutil.rmtree(self.job_dir(job), ignore_errors=True)
 
 
+def study_folder(root: str | Path) -> Path:
+    """``root`` resolved, once it is known to be a study folder.
+
+    Raises:
+        StudyError: it lacks ``plan.json`` or ``study.yaml`` (named).
+    """
+    root = Path(root).resolve()
+    missing = [n for n in (PLAN_FILE, STUDY_FILE) if not (root / n).is_file()]
+    if missing:
+        raise StudyError(
+            f"{root} is no study folder: it has no {' and no '.join(missing)} (a study folder "
+            "is made by `lmc study run FILE --dir DIR`)"
+        )
+    return root
+
+
 def status(root: str | Path) -> dict[str, dict[str, int]]:
     """Per stage, how many jobs of the study folder ``root`` are done, failed, running (begun
     while a live process holds the lock) and pending (not begun, or begun by a run that was

@@ -66,7 +66,7 @@ import yaml
 
 from lmc.io import atomic_write
 from lmc.studies.schema import PARENT_PREFIX, SPAWN_EPOCH, TRAIN_STAGE, StudyError
-from lmc.studies.store import PLAN_FILE, STUDY_FILE, StudyStore
+from lmc.studies.store import PLAN_FILE, STUDY_FILE, StudyStore, study_folder
 
 SCHEMA = "lmc.wandb_report"
 VERSION = 1
@@ -277,13 +277,7 @@ def report_spec(
     Raises:
         StudyError: ``root`` is no study folder, or a figure names a stage without jobs.
     """
-    root = Path(root).resolve()
-    missing = [n for n in (PLAN_FILE, STUDY_FILE) if not (root / n).is_file()]
-    if missing:
-        raise StudyError(
-            f"{root} is no study folder: it has no {' and no '.join(missing)} (a study folder "
-            "is made by `lmc study run FILE --dir DIR`)"
-        )
+    root = study_folder(root)
     plan = json.loads((root / PLAN_FILE).read_text())
     text = (root / STUDY_FILE).read_text()
     name = str(plan.get("study") or root.name)
