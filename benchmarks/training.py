@@ -1,0 +1,174 @@
+"""Training throughput of ``lmc fit`` against a plain PyTorch loop (issue #16, item 1).
+
+Both train the same network, from the same initial weights, with the same optimizer, batch
+size and training batches: the plain loop iterates the data module's own train loader and does
+``zero_grad / forward / loss / backward / step`` and nothing else; ``lmc fit`` runs the config
+as a user would (Lightning loop, per-epoch metrics, the loss logged per step, checkpoints, the
+CSV logger), without validation so that both do the same work. Epoch times are taken inside the
+runs (train epoch start to end, a callback for ``lmc fit``), the first epoch of each dropped as
+warm-up, and the two alternate so that machine load hits both alike.
+
+* ``mlp``: ``configs/mnist/mlp.yaml`` (784-512x3-10, Adam, batch 512) on MNIST from
+  ``$LMC_DATA_DIR``; ``--fake-mnist`` uses a fake MNIST of the same size instead (timing only).
+* ``resnet20``: ResNet-20 x1 (BatchNorm) with ``configs/cifar10/resnet20x16.yaml``'s recipe
+  (SGD, batch 500 -> ``--cifar-batch``) on a fake CIFAR-10 of ``--cifar-n`` images.
+
+Run ``LMC_DATA_DIR=<copy of the datasets> python benchmarks/training.py``. The last line is
+``train_throughput_mlp=<lmc samples/s / plain samples/s> train_throughput_resnet20=<..>
+lmc_epoch_s_mlp=<..> plain_epoch_s_mlp=<..> lmc_epoch_s_resnet20=<..> plain_epoch_s_resnet20=<..>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import lightning as L  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from lmc.cli import build_cli  # noqa: E402
+from lmc.data.fake import write_fake_cifar10, write_fake_mnist  # noqa: E402
+
+
+class EpochTimer(L.Callback):
+    """Wall time of every training epoch (train loop only)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._t0 = 0.0
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.times.append(time.perf_counter() - self._t0)
+
+
+def _cli(args: list[str]):
+    """The CLI's objects for ``lmc fit <args>``, built but not run."""
+    sys.argv = sys.argv[:1]
+    return build_cli(args, run=False)
+
+
+def lmc_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float], int]:
+    """Epoch times of ``lmc fit <args>`` (no validation) and the training set size."""
+    timer = EpochTimer()
+    cli = _cli(
+        [
+            *args,
+            f"--trainer.max_epochs={epochs}",
+            "--trainer.limit_val_batches=0",
+            "--trainer.num_sanity_val_steps=0",
+            "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false",
+            f"--trainer.default_root_dir={root}",
+        ]
+    )
+    cli.trainer.callbacks.append(timer)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    n = len(cli.datamodule.train_dataloader().dataset)
+    return timer.times, n
+
+
+def plain_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float], int]:
+    """Epoch times of the plain loop over the same data module, net and optimizer."""
+    cli = _cli([*args, f"--trainer.default_root_dir={root}"])
+    task, dm = cli.model, cli.datamodule
+    dm.prepare_data()
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    net = task.net
+    optimizer = task.optimizer(net.parameters())
+    loss_fn = nn.CrossEntropyLoss()
+    net.train()
+    times = []
+    for epoch in range(epochs):
+        if hasattr(loader.sampler, "set_epoch"):
+            loader.sampler.set_epoch(epoch)
+        t0 = time.perf_counter()
+        for x, y in loader:
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(net(x), y)
+            loss.backward()
+            optimizer.step()
+        times.append(time.perf_counter() - t0)
+    return times, len(loader.dataset)
+
+
+def compare(name: str, args: list[str], epochs: int, repeats: int) -> dict[str, float]:
+    lmc_t, plain_t = [], []
+    for r in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            order = (lmc_epochs, plain_epochs) if r % 2 == 0 else (plain_epochs, lmc_epochs)
+            for fn in order:
+                times, n = fn(args, epochs, Path(tmp))
+                (lmc_t if fn is lmc_epochs else plain_t).extend(times[1:])  # drop warm-up
+    lmc_s, plain_s = statistics.median(lmc_t), statistics.median(plain_t)
+    print(
+        f"{name}: {n} samples; epoch {lmc_s:.3f} s lmc fit, {plain_s:.3f} s plain loop "
+        f"(median of {len(lmc_t)} / {len(plain_t)} epochs); throughput ratio "
+        f"{plain_s / lmc_s:.3f}",
+        flush=True,
+    )
+    return {
+        f"train_throughput_{name}": plain_s / lmc_s,
+        f"lmc_epoch_s_{name}": lmc_s,
+        f"plain_epoch_s_{name}": plain_s,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=3, help="epochs per run (first dropped)")
+    parser.add_argument("--repeats", type=int, default=2, help="alternating run pairs")
+    parser.add_argument("--fake-mnist", action="store_true", help="a fake MNIST (timing only)")
+    parser.add_argument("--cifar-n", type=int, default=5000, help="fake CIFAR-10 images")
+    parser.add_argument("--cifar-batch", type=int, default=500)
+    parser.add_argument("--only", choices=["mlp", "resnet20"], default=None)
+    ns = parser.parse_args()
+    torch.manual_seed(0)
+    csv = str(ROOT / "configs" / "loggers" / "csv.yaml")
+    line: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as fake:
+        if ns.only in (None, "mlp"):
+            mnist = ["-c", str(ROOT / "configs" / "mnist" / "mlp.yaml"), "-c", csv]
+            mnist.append("--trainer.accelerator=cpu")
+            if ns.fake_mnist:
+                write_fake_mnist(fake, n_train=60000, n_test=10000)
+                mnist.append(f"--data.init_args.data_dir={fake}")
+            elif not os.environ.get("LMC_DATA_DIR"):
+                raise SystemExit(
+                    "set LMC_DATA_DIR to a writable copy of ../shared/datasets (MNIST/raw), or "
+                    "give --fake-mnist for a timing on fake images of the same size"
+                )
+            line.update(compare("mlp", mnist, ns.epochs, ns.repeats))
+        if ns.only in (None, "resnet20"):
+            write_fake_cifar10(fake, n_train=ns.cifar_n, n_test=100)
+            resnet = [
+                "-c",
+                str(ROOT / "configs" / "cifar10" / "resnet20x16.yaml"),
+                "-c",
+                csv,
+                "--model.init_args.net.init_args.width=1.0",
+                "--trainer.callbacks=[]",
+                f"--data.init_args.data_dir={fake}",
+                "--data.init_args.val_size=100",
+                "--data.init_args.alignment_size=100",
+                f"--data.init_args.batch_size={ns.cifar_batch}",
+                "--trainer.accelerator=cpu",
+            ]
+            line.update(compare("resnet20", resnet, ns.epochs, ns.repeats))
+    print(" ".join(f"{k}={v:.4g}" for k, v in line.items()))
+
+
+if __name__ == "__main__":
+    main()
