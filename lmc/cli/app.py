@@ -107,6 +107,14 @@ class LMCCLI(LightningCLI):
             "noise follow --seed_everything; ignored when --ckpt_path resumes this run.",
         )
         parser.add_argument(
+            "--population",
+            type=Optional[list[int]],  # noqa: UP045 (jsonargparse reads it)
+            default=None,
+            help="`fit`: train one member per seed as one vectorised run (torch.func), each "
+            "exactly the run `--seed_everything <seed>` would be; members are written as run "
+            "folders <run>/members/seed=<s>/ (lmc.population).",
+        )
+        parser.add_argument(
             "--fresh_if_nothing_to_resume",
             type=bool,
             default=False,
@@ -212,6 +220,25 @@ class LMCCLI(LightningCLI):
         # Checkpoints hold only tensors and plain containers: never unpickle arbitrary objects.
         if "weights_only" in cfg and cfg.weights_only is None:
             cfg.weights_only = True
+
+    def instantiate_classes(self) -> None:
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        if cfg.get("population") is None:
+            super().instantiate_classes()
+            return
+        if self.subcommand not in ("fit", None):  # None: built with run=False
+            raise ValueError(
+                f"--population trains members: it is for `lmc fit`, not {self.subcommand}"
+            )
+        from lmc.population.fit import PopulationFit
+
+        self.population = PopulationFit(self)  # builds every member now; no Trainer
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        if getattr(self, "population", None) is not None:
+            self.population.run()
+            return
+        super()._run_subcommand(subcommand)
 
     def after_validate(self) -> None:
         # The task's closing line (what it measured, where its figure and summary went) last,

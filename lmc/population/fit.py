@@ -1,0 +1,419 @@
+"""``lmc fit --population [s1, s2, ...]``: N seeds of one config trained as one vectorised run.
+
+Member k is the run ``lmc fit --seed_everything s_k`` would be: its network is built by the
+CLI's own ``instantiate_classes`` right after ``seed_everything(s_k)`` (same initial weights),
+it sees the batches of ``EpochShuffle(n, s_k)`` (same data order, batch size, no drop_last),
+and the config's optimizer and LR scheduler act elementwise on the stacked parameters (same
+updates). Each member is written as an ordinary run folder ``<run>/members/seed=<s>/`` with
+its ``config.yaml`` and ``checkpoints/last.ckpt``, which ``lmc validate`` / ``--spawn_from``
+read like any other run. This is the CLI glue; the algorithm is in :mod:`lmc.population.train`.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import yaml
+from lightning.fabric.utilities.seed import seed_everything
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor
+from torch.utils.data import TensorDataset
+
+from lmc.data.base import BaseDataModule, seeded_generator
+from lmc.data.memory import InMemoryImageDataset
+from lmc.io import atomic_write
+from lmc.population.train import Population, train_population
+from lmc.population.vectorize import (
+    ELEMENTWISE_OPTIMIZERS,
+    available_memory,
+    check_fits,
+    check_vectorizable,
+    estimate_bytes,
+    member_optimizer_state,
+    member_state,
+    optimizer_slots,
+    stack_states,
+)
+from lmc.tasks.classification import TrainTask
+
+MEMBERS_DIR = "members"
+
+# trainer options a population reproduces: anything else set would make members differ from
+# their sequential runs, so it is refused (option -> accepted values)
+_TRAINER_OK: dict[str, tuple[Any, ...]] = {
+    "gradient_clip_val": (None, 0, 0.0),
+    "accumulate_grad_batches": (1,),
+    "max_steps": (None, -1),
+    "max_time": (None,),
+    "fast_dev_run": (False, 0),
+    "overfit_batches": (0, 0.0),
+    "val_check_interval": (None,),
+    "precision": (None, 32, "32", "32-true"),
+    "num_nodes": (1,),
+    "devices": (1, "1", "auto"),
+    "strategy": ("auto",),
+    "callbacks": (None, []),
+}
+_WHY = {
+    "gradient_clip_val": "clipping the norm of the stacked gradient would couple the members",
+    "callbacks": "callbacks act on one Trainer's model; a population runs no Trainer",
+}
+
+
+def population_seeds(seeds: list[int] | None) -> list[int]:
+    """The ``--population`` seeds, checked: a non-empty list of distinct integers."""
+    if not seeds:
+        raise ValueError(
+            "--population: give the seeds of the members, e.g. --population '[0, 1, 2, 3]' "
+            "(got an empty list)"
+        )
+    if any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+        raise ValueError(f"--population: seeds must be integers, got {seeds}")
+    dup = sorted({s for s in seeds if seeds.count(s) > 1})
+    if dup:
+        raise ValueError(
+            f"--population: seed(s) {dup} given more than once; two members with one seed are "
+            "the same run - give distinct seeds"
+        )
+    return list(seeds)
+
+
+def check_trainer(trainer: Any, cfg: Any) -> None:
+    """Refuse trainer and run options a population cannot reproduce, all named at once."""
+    bad = [
+        f"trainer.{k}={_show(trainer.get(k))} "
+        f"({_WHY.get(k, 'not supported by population training')})"
+        for k, ok in _TRAINER_OK.items()
+        if k in trainer and trainer.get(k) not in ok
+    ]
+    # Lightning reads an int as a number of batches, a float as a fraction: only all batches
+    # (and, for validation, none) are reproduced
+    for key, ok in (("limit_train_batches", (1.0,)), ("limit_val_batches", (1.0, 0, 0.0))):
+        value = trainer.get(key)
+        if value is not None and (value not in ok or (value == 1 and isinstance(value, int))):
+            bad.append(f"trainer.{key}={value!r} (population training uses every batch)")
+    if trainer.get("max_epochs") in (-1,):
+        bad.append("trainer.max_epochs=-1 (give a number of epochs)")
+    bad += [f"--{k}" for k in ("ckpt_path", "spawn_from", "spawn_points") if cfg.get(k)]
+    if bad:
+        raise ValueError(
+            "--population trains every member exactly as its own `lmc fit --seed_everything s` "
+            f"would, which these settings do not allow: {'; '.join(bad)}. Remove them, or train "
+            "the members as separate runs"
+        )
+
+
+def _show(value: Any) -> str:
+    """A config value for a message: class paths instead of whole namespaces."""
+    if isinstance(value, (list, tuple)):
+        return f"[{', '.join(_show(v) for v in value)}]"
+    path = getattr(value, "class_path", None) or getattr(value, "get", lambda _k: None)(
+        "class_path"
+    )
+    return str(path) if path else repr(value)
+
+
+def train_tensors(datamodule: Any) -> tuple[Tensor, Tensor]:
+    """The whole training split as tensors, refusing data a population cannot gather exactly."""
+    name = type(datamodule).__name__
+    if (
+        not isinstance(datamodule, BaseDataModule)
+        or type(datamodule).train_dataloader is not BaseDataModule.train_dataloader
+    ):
+        raise ValueError(
+            f"--population needs one of lmc's in-memory data modules (synthetic, MNIST/CIFAR "
+            f"formats) whose training order is EpochShuffle; {name} is not one: train the "
+            "members as separate runs"
+        )
+    ds = datamodule.train_dataset
+    if isinstance(ds, InMemoryImageDataset):
+        if ds.augment is not None:
+            raise ValueError(
+                f"--population: {name} augments its training images ({ds.augment}), which "
+                "draws from one global random stream per run; set data.init_args.augment=false "
+                "or train the members as separate runs"
+            )
+        return ds.tensors()
+    if isinstance(ds, TensorDataset):
+        return ds.tensors[0], ds.tensors[1]
+    raise ValueError(
+        f"--population needs the training split in memory; {name}'s is a {type(ds).__name__}"
+    )
+
+
+def check_task(task: Any) -> None:
+    """Refuse a task whose training is more than ``loss(net(x), y)`` with the config's optimizer
+    (e.g. adversarial training, curves, merging): the population loop would not reproduce it."""
+    name = type(task).__name__
+    hooks = ("training_step", "_shared_step", "forward", "configure_optimizers")
+    changed = [
+        h
+        for h in hooks
+        if isinstance(task, TrainTask) and getattr(type(task), h) is not getattr(TrainTask, h)
+    ]
+    if not isinstance(task, TrainTask) or changed:
+        why = f"overrides {', '.join(changed)}" if changed else "is not a TrainTask"
+        raise ValueError(
+            f"--population trains plain supervised tasks (lmc.tasks.ClassificationTask, "
+            f"RegressionTask: loss of net(x) with the config's optimizer); {name} {why}: train "
+            "it as separate runs"
+        )
+
+
+def member_orders(n: int, seeds: list[int], epoch: int) -> Tensor:
+    """(N, n): row k is the order in which the sequential run with ``seeds[k]`` visits the ``n``
+    training samples in ``epoch`` (:class:`lmc.data.base.EpochShuffle` seeded with
+    ``data_order_seed()``, i.e. the run's seed modulo 2**32)."""
+    return torch.stack(
+        [torch.randperm(n, generator=seeded_generator(s % 2**32, 1_000 + epoch)) for s in seeds]
+    )
+
+
+def choose_device(accelerator: Any) -> torch.device:
+    """The device of ``trainer.accelerator`` (``auto``: CUDA if present)."""
+    acc = str(accelerator or "auto").lower()
+    if acc in ("gpu", "cuda") or (acc == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ValueError(f"trainer.accelerator={acc} but CUDA is not available")
+        return torch.device("cuda")
+    if acc not in ("cpu", "auto"):
+        raise ValueError(f"--population runs on cpu or cuda, not trainer.accelerator={acc}")
+    return torch.device("cpu")
+
+
+def _loggers(trainer_init: Any, root: str) -> list[Logger]:
+    logger = trainer_init.get("logger")
+    if logger is False:
+        return []
+    if logger is None or logger is True:
+        return [CSVLogger(root, name="lightning_logs")]
+    return list(logger) if isinstance(logger, (list, tuple)) else [logger]
+
+
+def _run_dir(loggers: list[Logger], root: str) -> Path:
+    """Mirror of :func:`lmc.tasks.rundir.run_dir` without a Trainer."""
+    for logger in loggers:  # create the log folders before anything is written into them
+        _ = logger.experiment
+    if not loggers:
+        return Path(root)
+    logger = loggers[0]
+    if isinstance(logger, (CSVLogger, TensorBoardLogger)):
+        return Path(logger.log_dir)
+    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+    return Path(logger.save_dir or root) / str(logger.name) / version
+
+
+class PopulationFit:
+    """The members of ``--population`` built from the CLI's parsed config, trained together.
+
+    Args:
+        cli: the ``LMCCLI`` after parsing and seeding, before it instantiates classes.
+    """
+
+    def __init__(self, cli: Any) -> None:
+        self.cli, self.sub = cli, cli.subcommand  # None when built with run=False
+        self.cfg = cli.config[self.sub] if self.sub else cli.config
+        self.seeds = population_seeds(self.cfg.population)
+        check_trainer(self.cfg.trainer, self.cfg)
+        self.tasks, first = [], None
+        for seed in self.seeds:  # exactly the CLI's: seed, then instantiate the whole config
+            config = copy.deepcopy(cli.config)
+            (config[self.sub] if self.sub else config).seed_everything = seed
+            seed_everything(seed, workers=True)
+            init = cli.parser.instantiate_classes(config)
+            init = init[self.sub] if self.sub else init
+            self.tasks.append(init.model)
+            first = init if first is None else first
+        self.init = first
+        check_task(self.tasks[0])
+        self.datamodule = first.data
+        self.device = choose_device(self.cfg.trainer.get("accelerator"))
+        self._setup()  # every check before any folder is made
+
+    # --- setup -------------------------------------------------------------------------------
+    def _setup(self) -> None:
+        net, dm = self.tasks[0].net, self.datamodule
+        check_vectorizable(net)  # BatchNorm: refused before any data is read
+        dm.prepare_data()
+        dm.setup("fit")
+        x, y = train_tensors(dm)
+        check_vectorizable(net, x[:2])  # anything else vmap cannot run, named
+        nets = [t.net for t in self.tasks]
+        self.params, self.buffers = stack_states(nets)
+        self.params = {
+            k: v.to(self.device).detach().requires_grad_(v.requires_grad)
+            for k, v in self.params.items()
+        }
+        self.buffers = {k: v.to(self.device) for k, v in self.buffers.items()}
+        self.optimizer = self.tasks[0].optimizer(list(self.params.values()))
+        if not isinstance(self.optimizer, ELEMENTWISE_OPTIMIZERS):
+            raise ValueError(
+                f"--population needs an elementwise optimizer (member k's update of the stacked "
+                f"parameters must be its own); {type(self.optimizer).__name__} is not among "
+                f"{', '.join(o.__name__ for o in ELEMENTWISE_OPTIMIZERS)}"
+            )
+        sched = self.tasks[0].lr_scheduler
+        self.scheduler = sched(self.optimizer) if sched is not None else None
+        if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            raise ValueError(
+                "--population: ReduceLROnPlateau follows one monitored metric, but each member "
+                "has its own; use a fixed schedule or train the members as separate runs"
+            )
+        batch = dm.batch_size
+        estimate = estimate_bytes(
+            net, len(self.seeds), optimizer_slots(self.optimizer), x[:1], batch
+        )
+        check_fits(estimate, available_memory(self.device), len(self.seeds), self.device)
+        self.x, self.y = x.to(self.device), y.to(self.device)
+        self.net = net.to(self.device)
+        for t in self.tasks:
+            t.to(self.device)
+        self.population = Population(self.net, self.params, self.buffers, self.tasks[0].loss)
+        n = len(self.x)
+        self.orders = lambda epoch: member_orders(n, self.seeds, epoch)
+
+    # --- run ---------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Train, evaluate and write every member; log per-member and mean metrics."""
+        trainer = self.cfg.trainer
+        root = trainer.get("default_root_dir") or "runs"
+        self.loggers = _loggers(self.init.trainer, root)
+        self.run_dir = _run_dir(self.loggers, root)
+        self._write_config(self.run_dir / "config.yaml", self.cfg)
+        for logger in self.loggers:
+            logger.log_hyperparams(yaml.safe_load(self._dump(self.cfg)))
+        epochs = trainer.get("max_epochs")
+        epochs = 1000 if epochs is None else int(epochs)
+        every = trainer.get("check_val_every_n_epoch") or 0
+        limit_val = trainer.get("limit_val_batches")
+        self.epochs = epochs
+        start = time.perf_counter()
+
+        def on_epoch_end(epoch: int, step: int, train_loss: Tensor) -> None:
+            metrics = self._per_member("train/loss", train_loss.tolist())
+            if every and limit_val != 0 and (epoch + 1) % every == 0:
+                metrics |= self._evaluate("val", self.datamodule.val_dataloader())
+            self._log({**metrics, "epoch": epoch}, step)
+            if epoch == epochs - 1:
+                self._write_members(epoch, step)
+
+        self.steps = train_population(
+            self.population,
+            self.optimizer,
+            self.scheduler,
+            self.tasks[0].scheduler_interval,
+            self.x,
+            self.y,
+            self.orders,
+            epochs,
+            self.datamodule.batch_size,
+            on_epoch_end,
+        )
+        seconds = time.perf_counter() - start
+        if self.cfg.get("test_after_fit"):
+            self.datamodule.setup("test")
+            self._log(self._evaluate("test", self.datamodule.test_dataloader()), self.steps)
+        for logger in self.loggers:
+            logger.save()
+            logger.finalize("success")
+        rank_zero_info(
+            f"population of {len(self.seeds)} members trained {epochs} epochs in {seconds:.1f} s; "
+            f"members written to {self.run_dir / MEMBERS_DIR}"
+        )
+
+    def _per_member(self, name: str, values: list[float]) -> dict[str, float]:
+        out = {f"member/{k}/{name}": v for k, v in enumerate(values)}
+        out[name] = sum(values) / len(values)
+        return out
+
+    def _evaluate(self, stage: str, loader: Any) -> dict[str, float]:
+        """Each member's ``stage`` loss and metrics with its task's own metric objects."""
+        losses = [t.losses[f"{stage}_"] for t in self.tasks]
+        metrics = [t.metrics[f"{stage}_"] for t in self.tasks]
+
+        def update(out: Tensor, y: Tensor) -> None:
+            for k, task in enumerate(self.tasks):
+                losses[k].update(task.loss(out[k], y), weight=y.shape[0])
+                metrics[k].update(out[k], y)
+
+        self.population.evaluate(loader, self.device, update)
+        results: dict[str, list[float]] = {f"{stage}/loss": [float(m.compute()) for m in losses]}
+        for k, m in enumerate(metrics):
+            for key, value in m.compute().items():
+                results.setdefault(key, [0.0] * len(self.tasks))[k] = float(value)
+        for m in (*losses, *metrics):
+            m.reset()
+        out: dict[str, float] = {}
+        for name, values in results.items():
+            out |= self._per_member(name, values)
+        return out
+
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step=step)
+
+    # --- output ------------------------------------------------------------------------------
+    def _dump(self, cfg: Any) -> str:
+        from lmc.cli.app import _unpin_logger_dirs
+
+        return _unpin_logger_dirs(self.cli._parser(self.sub).dump(cfg, skip_none=False))
+
+    def _write_config(self, path: Path, cfg: Any) -> None:
+        text = self._dump(cfg)
+        atomic_write(path, lambda f: f.write(text), mode="w")
+
+    def member_dir(self, seed: int) -> Path:
+        """The run folder of the member trained with ``seed``."""
+        return self.run_dir / MEMBERS_DIR / f"seed={seed}"
+
+    def _write_members(self, epoch: int, step: int) -> None:
+        """Each member as the run its sequential twin would leave: config + checkpoints."""
+        opt_state = self.optimizer.state_dict()
+        params = list(self.params.values())
+        scheds = [self.scheduler.state_dict()] if self.scheduler is not None else []
+        for k, (seed, task) in enumerate(zip(self.seeds, self.tasks)):
+            folder = self.member_dir(seed)
+            cfg = copy.deepcopy(self.cfg)
+            cfg.seed_everything, cfg.population = seed, None
+            self._write_config(folder / "config.yaml", cfg)
+            task.net.load_state_dict(member_state(self.params, self.buffers, k))
+            ckpt = {
+                "epoch": epoch,
+                "global_step": step,
+                "pytorch-lightning_version": L.__version__,
+                "state_dict": {n: v.detach().cpu() for n, v in task.state_dict().items()},
+                "optimizer_states": [_to_cpu(member_optimizer_state(opt_state, params, k))],
+                "lr_schedulers": scheds,
+                "hparams_name": "kwargs",
+                "hyper_parameters": _plain(dict(task.hparams)),
+                "population": {"seeds": list(self.seeds), "member": k},
+            }
+            for name in (f"epoch={epoch}-step={step}.ckpt", "last.ckpt"):
+                atomic_write(
+                    folder / "checkpoints" / name, lambda f, ckpt=ckpt: torch.save(ckpt, f)
+                )
+
+
+def _to_cpu(obj: Any) -> Any:
+    if isinstance(obj, Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_to_cpu(v) for v in obj]
+    return obj
+
+
+def _plain(obj: Any) -> Any:
+    """Hyper-parameters as plain containers (loadable with ``weights_only=True``)."""
+    if isinstance(obj, dict) or hasattr(obj, "items"):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj

@@ -1,0 +1,266 @@
+"""``lmc fit --population``: member k equals the sequential run with seed s_k (initial weights,
+data order, optimizer and LR schedule), members are ordinary runs for ``lmc validate``, and bad
+inputs stop before training with a clear message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from lmc.cli.app import build_cli
+from lmc.data import write_fake_mnist
+from lmc.data.base import EpochShuffle
+from lmc.io import load_checkpoint, model_state_dict, spawn_point
+from lmc.population.fit import member_orders
+from tests.helpers import CONFIGS, run_cli, run_dirs
+
+SEEDS = (3, 7)
+QUIET = [
+    "--trainer.max_epochs=2",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+    "--trainer.accelerator=cpu",
+]
+TEACHER = [
+    str(CONFIGS / "synthetic" / "teacher_student.yaml"),
+    "--model.init_args.net.init_args.width=8",
+    "--data.init_args.n_train=40",  # batches of 16, 16, 8: the order and the last batch matter
+    "--data.init_args.n_val=16",
+    "--data.init_args.n_test=16",
+    "--data.init_args.batch_size=16",
+]
+POLYNOMIAL = [
+    str(CONFIGS / "synthetic" / "polynomial.yaml"),
+    "--model.init_args.net.init_args.width=8",
+    *TEACHER[2:],
+]
+STEP_LR = {
+    "class_path": "torch.optim.lr_scheduler.StepLR",
+    "init_args": {"step_size": 1, "gamma": 0.5},
+}
+SGD = {
+    "class_path": "torch.optim.SGD",
+    "init_args": {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3},
+}
+ADAM = {"class_path": "torch.optim.Adam", "init_args": {"lr": 0.01}}
+
+
+def _overlay(folder: Path, optimizer: dict) -> str:
+    path = folder / f"opt_{optimizer['class_path'].rsplit('.', 1)[-1]}.yaml"
+    model = {"init_args": {"optimizer": optimizer, "lr_scheduler": STEP_LR}}
+    path.write_text(yaml.safe_dump({"model": model}))
+    return str(path)
+
+
+def _mnist(folder: Path) -> list[str]:
+    data = folder / "data"
+    if not (data / "MNIST").is_dir():
+        write_fake_mnist(data, "MNIST", n_train=96, n_test=32)
+    return [
+        str(CONFIGS / "mnist" / "mlp.yaml"),
+        "--model.init_args.net.init_args.width=16",
+        "--model.init_args.net.init_args.depth=1",
+        f"--data.init_args.data_dir={data}",
+        "--data.init_args.val_size=16",
+        "--data.init_args.alignment_size=16",
+        "--data.init_args.batch_size=32",  # 80 training images: batches of 32, 32, 16
+        "--test_after_fit=false",
+    ]
+
+
+def _args(config: list[str], overlay: str | None, root: Path, *extra: str) -> list[str]:
+    first, *rest = config
+    cfg = ["-c", first, "-c", str(CONFIGS / "loggers" / "csv.yaml")]
+    cfg += ["-c", overlay] if overlay else []
+    return ["fit", *cfg, *rest, *QUIET, f"--trainer.default_root_dir={root}", *extra]
+
+
+def _train(config: list[str], overlay: str | None, root: Path) -> tuple[Path, dict[int, Path]]:
+    """A population of SEEDS and the sequential run of every seed; (population run, seq runs)."""
+    seq = {}
+    for seed in SEEDS:
+        out = root / f"seq{seed}"
+        run_cli(*_args(config, overlay, out, f"--seed_everything={seed}", "--spawn_points=[0]"))
+        [seq[seed]] = run_dirs(out)
+    run_cli(*_args(config, overlay, root / "pop", f"--population=[{SEEDS[0]}, {SEEDS[1]}]"))
+    return (root / "pop" / "lmc" / "version_0"), seq
+
+
+@pytest.fixture(scope="module")
+def teacher_sgd(tmp_path_factory) -> tuple[Path, dict[int, Path]]:
+    root = tmp_path_factory.mktemp("teacher_sgd")
+    return _train(TEACHER, _overlay(root, SGD), root)
+
+
+def _assert_members_equal_sequential(pop: Path, seq: dict[int, Path]) -> None:
+    for seed in SEEDS:
+        member = pop / "members" / f"seed={seed}"
+        mine = load_checkpoint(member / "checkpoints" / "last.ckpt")  # weights_only=True
+        theirs = load_checkpoint(seq[seed] / "checkpoints" / "last.ckpt")
+        assert mine["state_dict"].keys() == theirs["state_dict"].keys()
+        for key, value in theirs["state_dict"].items():
+            torch.testing.assert_close(mine["state_dict"][key], value, atol=1e-5, rtol=1e-5)
+        assert mine["global_step"] == theirs["global_step"]
+        assert mine["epoch"] == theirs["epoch"]
+        assert mine["hyper_parameters"] == theirs["hyper_parameters"]
+        ours, twin = mine["optimizer_states"][0], theirs["optimizer_states"][0]
+        assert ours["param_groups"] == twin["param_groups"]  # LR after StepLR included
+        for i, state in twin["state"].items():
+            for name, value in state.items():
+                torch.testing.assert_close(ours["state"][i][name], value, atol=1e-5, rtol=1e-5)
+        assert mine["lr_schedulers"] == theirs["lr_schedulers"]
+        # the member's saved config is the sequential run's (up to where it was written)
+        a = yaml.safe_load((member / "config.yaml").read_text())
+        b = yaml.safe_load((seq[seed] / "config.yaml").read_text())
+        for cfg in (a, b):
+            cfg["trainer"].pop("default_root_dir")
+            cfg.pop("spawn_points"), cfg.pop("population", None)
+        assert a == b
+
+
+def test_teacher_student_sgd_momentum_weight_decay_members_equal_sequential_runs(teacher_sgd):
+    _assert_members_equal_sequential(*teacher_sgd)
+
+
+@pytest.mark.parametrize("case", ["teacher_adam", "mnist_mlp_adam", "polynomial_mlp_adam"])
+def test_adam_step_lr_members_equal_sequential_runs(case, tmp_path):
+    config = {"teacher_adam": TEACHER, "polynomial_mlp_adam": POLYNOMIAL}.get(case)
+    config = config or _mnist(tmp_path)
+    _assert_members_equal_sequential(*_train(config, _overlay(tmp_path, ADAM), tmp_path))
+
+
+def test_member_orders_are_the_sequential_runs_epoch_shuffles():
+    seeds = [0, 5, 2**32 + 5]  # seeds equal modulo 2**32 share an order, as data_order_seed does
+    for epoch in (0, 3):
+        orders = member_orders(11, seeds, epoch)
+        for seed, row in zip(seeds, orders):
+            sampler = EpochShuffle(11, seed % 2**32)
+            sampler.set_epoch(epoch)
+            assert row.tolist() == list(sampler)
+    assert not torch.equal(member_orders(11, [0], 0), member_orders(11, [0], 1))
+
+
+def test_members_start_from_the_sequential_initial_weights(teacher_sgd, tmp_path):
+    _, seq = teacher_sgd
+    overlay = _overlay(tmp_path, SGD)
+    args = _args(TEACHER, overlay, tmp_path, f"--population=[{SEEDS[0]}, {SEEDS[1]}]")
+    cli = build_cli(args[1:], run=False)  # parse and build the members, no training
+    for seed, task in zip(SEEDS, cli.population.tasks):
+        start = model_state_dict(load_checkpoint(spawn_point(seq[seed], 0)))
+        for key, value in task.net.state_dict().items():
+            assert torch.equal(value, start[key]), (seed, key)
+
+
+def test_population_logs_every_member_and_the_mean(teacher_sgd):
+    pop, _ = teacher_sgd
+    rows = (pop / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    for name in ("val/loss", "val/mse", "train/loss", "test/mse"):
+        assert {name, f"member/0/{name}", f"member/1/{name}"} <= set(header)
+    assert (pop / "config.yaml").is_file()
+    assert yaml.safe_load((pop / "config.yaml").read_text())["population"] == list(SEEDS)
+
+
+def test_validate_barrier_of_two_members(teacher_sgd, tmp_path):
+    pop, _ = teacher_sgd
+    members = [pop / "members" / f"seed={s}" for s in SEEDS]
+    run_cli(
+        "validate",
+        "-c",
+        str(CONFIGS / "studies" / "teacher_student_barrier.yaml"),
+        *TEACHER[1:],
+        f"--model.init_args.checkpoints=[{', '.join(map(str, members))}]",
+        "--model.init_args.num_alphas=3",
+        f"--trainer.default_root_dir={tmp_path}",
+    )
+    [run] = run_dirs(tmp_path)
+    summary = json.loads((run / "summary.json").read_text())["summary"]
+    assert summary["barrier_loss_naive"] >= 0
+    # known answer: the barrier's endpoints are the members, whose test MSE the population logged
+    last = {}
+    for line in (pop / "metrics.csv").read_text().splitlines()[1:]:
+        row = dict(
+            zip((pop / "metrics.csv").read_text().splitlines()[0].split(","), line.split(","))
+        )
+        last |= {k: float(v) for k, v in row.items() if v}
+    mean = (last["member/0/test/mse"] + last["member/1/test/mse"]) / 2
+    assert summary["endpoint_loss_mean"] == pytest.approx(mean, rel=1e-4)
+
+
+# --- bad input: a clear error before any training -------------------------------------------
+def _refused(tmp_path: Path, *extra: str, config: list[str] = TEACHER) -> None:
+    run_cli(*_args(config, None, tmp_path, *extra))
+    assert not list(tmp_path.rglob("*.ckpt"))
+
+
+@pytest.mark.parametrize(
+    ("seeds", "match"), [("[]", "empty"), ("[1, 2, 1]", r"seed\(s\) \[1\] given more than once")]
+)
+def test_empty_or_duplicate_seeds_are_refused(seeds, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        _refused(tmp_path, f"--population={seeds}")
+
+
+def test_batchnorm_is_refused_naming_the_layer(tmp_path):
+    with pytest.raises(ValueError, match=r"'norms.0' of MLP is a BatchNorm1d.*separate runs"):
+        _refused(
+            tmp_path,
+            "--population=[0, 1]",
+            "--model.init_args.net.init_args.norm=batch",
+            config=[str(CONFIGS / "synthetic" / "polynomial.yaml")],
+        )
+
+
+def test_a_network_that_cannot_be_vectorised_is_refused_naming_the_layer(tmp_path):
+    with pytest.raises(ValueError, match=r"DataDependentNet cannot be vectorised.*layer 'gate'"):
+        _refused(
+            tmp_path,
+            "--population=[0, 1]",
+            "--model.init_args.net=tests.population.nets.DataDependentNet",
+        )
+
+
+def test_a_population_too_large_for_memory_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr("lmc.population.fit.available_memory", lambda device: 1000)
+    with pytest.raises(MemoryError, match=r"population of 2 members needs about .* GiB free"):
+        _refused(tmp_path, "--population=[0, 1]")
+
+
+def test_gradient_clipping_and_augmentation_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="gradient_clip_val=1.0 .*couple the members"):
+        _refused(tmp_path, "--population=[0, 1]", "--trainer.gradient_clip_val=1.0")
+    mnist = _mnist(tmp_path)
+    with pytest.raises(ValueError, match="augments its training images"):
+        _refused(
+            tmp_path / "aug",
+            "--population=[0, 1]",
+            "--data.init_args.augment=true",
+            "--data.init_args.rotate=10",
+            config=mnist,
+        )
+
+
+def test_a_task_with_its_own_training_step_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="AdversarialClassificationTask overrides training_step"):
+        _refused(
+            tmp_path,
+            "--population=[0, 1]",
+            "--model.class_path=lmc.tasks.AdversarialClassificationTask",
+            config=_mnist(tmp_path),
+        )
+
+
+def test_population_is_for_fit_only(tmp_path):
+    with pytest.raises(ValueError, match="for `lmc fit`, not validate"):
+        run_cli(
+            "validate",
+            "-c",
+            TEACHER[0],
+            *TEACHER[1:],
+            "--population=[0, 1]",
+            f"--trainer.default_root_dir={tmp_path}",
+        )
