@@ -25,6 +25,11 @@ def data_order_seed() -> int:
     return int(os.environ.get("PL_GLOBAL_SEED", torch.initial_seed())) % 2**32
 
 
+def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """The order of ``range(n)`` in ``epoch`` of a run whose data-order seed is ``seed``."""
+    return torch.randperm(n, generator=seeded_generator(seed, stream=1_000 + epoch))
+
+
 class EpochShuffle(Sampler[int]):
     """A random order of ``range(n)`` that depends only on ``seed`` and the epoch.
 
@@ -40,8 +45,7 @@ class EpochShuffle(Sampler[int]):
         self.epoch = int(epoch)
 
     def __iter__(self) -> Iterator[int]:
-        g = seeded_generator(self.seed, stream=1_000 + self.epoch)
-        yield from torch.randperm(self.n, generator=g).tolist()
+        yield from epoch_order(self.n, self.seed, self.epoch).tolist()
 
     def __len__(self) -> int:
         return self.n

@@ -20,12 +20,12 @@ import lightning as L
 import torch
 import yaml
 from lightning.fabric.utilities.seed import seed_everything
-from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, Logger
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
-from lmc.data.base import BaseDataModule, seeded_generator
+from lmc.data.base import BaseDataModule, epoch_order
 from lmc.data.memory import InMemoryImageDataset
 from lmc.io import atomic_write
 from lmc.population.train import Population, train_population
@@ -41,6 +41,7 @@ from lmc.population.vectorize import (
     stack_states,
 )
 from lmc.tasks.classification import TrainTask
+from lmc.tasks.rundir import logger_dir
 
 MEMBERS_DIR = "members"
 
@@ -170,9 +171,7 @@ def member_orders(n: int, seeds: list[int], epoch: int) -> Tensor:
     """(N, n): row k is the order in which the sequential run with ``seeds[k]`` visits the ``n``
     training samples in ``epoch`` (:class:`lmc.data.base.EpochShuffle` seeded with
     ``data_order_seed()``, i.e. the run's seed modulo 2**32)."""
-    return torch.stack(
-        [torch.randperm(n, generator=seeded_generator(s % 2**32, 1_000 + epoch)) for s in seeds]
-    )
+    return torch.stack([epoch_order(n, s % 2**32, epoch) for s in seeds])
 
 
 def choose_device(accelerator: Any) -> torch.device:
@@ -197,16 +196,10 @@ def _loggers(trainer_init: Any, root: str) -> list[Logger]:
 
 
 def _run_dir(loggers: list[Logger], root: str) -> Path:
-    """Mirror of :func:`lmc.tasks.rundir.run_dir` without a Trainer."""
+    """:func:`lmc.tasks.rundir.run_dir` without a Trainer: the first logger's run folder."""
     for logger in loggers:  # create the log folders before anything is written into them
         _ = logger.experiment
-    if not loggers:
-        return Path(root)
-    logger = loggers[0]
-    if isinstance(logger, (CSVLogger, TensorBoardLogger)):
-        return Path(logger.log_dir)
-    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
-    return Path(logger.save_dir or root) / str(logger.name) / version
+    return logger_dir(loggers[0], root) if loggers else Path(root)
 
 
 class PopulationFit:

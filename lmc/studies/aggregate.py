@@ -301,10 +301,7 @@ def stage_keys(study: StudyLike) -> dict[str, tuple[str, ...]]:
     """
     data = _study_dict(study)
     if isinstance(data, Study):
-        keys = {TRAIN_STAGE: tuple(data.train.grid)}
-        keys.update({s.name: tuple(s.keys) for s in data.spawn})
-        keys.update({s.name: (*s.select.over, s.select.vary) for s in data.evaluate})
-        return keys
+        return {name: tuple(keys) for name, keys in data.stage_keys().items()}
     train = list((data.get("train") or {}).get("grid") or {})
     keys = {TRAIN_STAGE: tuple(train)}
     for spawn in data.get("spawn") or []:
@@ -411,28 +408,37 @@ def _write(frame: pd.DataFrame, path: Path, write: Callable[[pd.DataFrame, Path]
     return path
 
 
-def write_tables(root: str | Path, out_dir: str | Path) -> dict[str, Path]:
-    """Write the study folder ``root``'s tables into ``out_dir``: ``results.csv`` (the tidy
-    table), ``jobs.csv`` (:func:`job_table`), ``summary.csv`` (per stage over its replicates,
-    :func:`stage_summary`) and ``series.csv`` when a done job has series; each also as
-    ``.parquet`` when pyarrow is installed. Every file is written atomically.
+def study_tables(root: str | Path) -> dict[str, pd.DataFrame]:
+    """The study folder ``root``'s tables, each read once: ``results`` (the tidy table),
+    ``jobs`` (:func:`job_table`), ``summary`` (per stage over its replicates,
+    :func:`stage_summary`) and ``series`` (:func:`series_table`, possibly empty)."""
+    root = Path(root)
+    jobs = job_table(root)
+    tidy = results(root)
+    stages = list(dict.fromkeys(jobs["stage"]))
+    return {
+        "results": tidy,
+        "jobs": jobs,
+        "summary": stage_summary(tidy, jobs, root, stages),
+        "series": series_table(root),
+    }
+
+
+def write_tables(
+    root: str | Path, out_dir: str | Path, tables: Mapping[str, pd.DataFrame] | None = None
+) -> dict[str, Path]:
+    """Write the study folder ``root``'s tables (:func:`study_tables`, or ``tables`` already
+    read from it) into ``out_dir``: ``results.csv``, ``jobs.csv``, ``summary.csv`` and
+    ``series.csv`` when a done job has series; each also as ``.parquet`` when pyarrow is
+    installed. Every file is written atomically.
 
     Returns:
         What was written: ``results``, ``jobs``, ``summary``, ``series`` -> the CSV file,
         ``results.parquet`` (and so on) -> the Parquet file.
     """
-    root, out_dir = Path(root), Path(out_dir)
-    jobs = job_table(root)
-    tidy = results(root)
-    stages = list(dict.fromkeys(jobs["stage"]))
-    tables = {
-        "results": tidy,
-        "jobs": jobs,
-        "summary": stage_summary(tidy, jobs, root, stages),
-    }
-    series = series_table(root)
-    if len(series):
-        tables["series"] = series
+    out_dir = Path(out_dir)
+    tables = study_tables(root) if tables is None else tables
+    tables = {name: frame for name, frame in tables.items() if name != "series" or len(frame)}
     parquet = _has_parquet()
     written: dict[str, Path] = {}
     for name, frame in tables.items():

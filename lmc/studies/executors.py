@@ -112,29 +112,27 @@ class LocalPool:
             forkserver.ensure_running()
         else:  # pragma: no cover - Windows: spawn, each worker imports lmc once
             context = mp.get_context("spawn")
-        slots = context.Queue()
-        for i in range(workers):
-            slots.put(i)
-        threads = max(1, (os.cpu_count() or 1) // workers)
         self.capacity = workers
-        self._start = lambda: cf.ProcessPoolExecutor(
-            workers,
-            mp_context=context,
-            initializer=_warm_worker,
-            initargs=(slots, threads, _gpu_count()),
-        )
-        self._slots, self._workers = slots, workers
+        self._context, self._gpus = context, _gpu_count()
+        self._threads = max(1, (os.cpu_count() or 1) // workers)
         self._pool = self._start()
+
+    def _start(self) -> cf.ProcessPoolExecutor:
+        slots = self._context.Queue()  # worker i takes index i: its GPU
+        for i in range(self.capacity):
+            slots.put(i)
+        return cf.ProcessPoolExecutor(
+            self.capacity,
+            mp_context=self._context,
+            initializer=_warm_worker,
+            initargs=(slots, self._threads, self._gpus),
+        )
 
     def submit(self, root: Path, job: Job, inputs: list[Job], extra_args: list[str]) -> Handle:
         try:
             return self._pool.submit(execute_job, root, job, inputs, extra_args)
         except cf.process.BrokenProcessPool:  # a worker died (e.g. out of memory): new pool
             self._pool.shutdown(wait=False, cancel_futures=True)
-            while not self._slots.empty():
-                self._slots.get()
-            for i in range(self._workers):
-                self._slots.put(i)
             self._pool = self._start()
             return self._pool.submit(execute_job, root, job, inputs, extra_args)
 

@@ -166,19 +166,12 @@ def _grid(plan: list[dict[str, Any]]) -> pd.DataFrame:
     )
 
 
-def _figure_specs(root: Path, text: str) -> tuple[Any, ...]:
-    data = yaml.safe_load(text) or {}
-    if not data.get("figures"):
-        return ()
+def _figure_specs(text: str) -> tuple[Any, ...]:
+    from lmc.studies.aggregate import stage_keys
     from lmc.studies.figures import parse_figures
 
-    plan = json.loads((root / PLAN_FILE).read_text())["jobs"]
-    keys: dict[str, list[str]] = {}
-    for job in plan:
-        for key in job["coordinates"]:
-            if key not in keys.setdefault(job["stage"], []):
-                keys[job["stage"]].append(key)
-    return parse_figures(data["figures"], keys)
+    data = yaml.safe_load(text) or {}
+    return parse_figures(data["figures"], stage_keys(data)) if data.get("figures") else ()
 
 
 def _svg(path: Path) -> str:
@@ -205,17 +198,20 @@ def write_report(root: str | Path, out: str | Path | None = None) -> Report:
     plan = plan_doc["jobs"]
     text = (root / STUDY_FILE).read_text()
     name = plan_doc.get("study") or root.name
-    specs = _figure_specs(root, text)
-    jobs = aggregate.job_table(root)
+    specs = _figure_specs(text)
+    frames = aggregate.study_tables(root)  # every job record and run summary read once
+    jobs = frames["jobs"]
     done = int((jobs.status == "done").sum())
     notes: list[str] = []
     figures: list[Any] = []
     if done == 0:
         notes.append(f"no job of the study is done ({len(jobs)} planned): no figure to draw")
     elif specs:
-        figures = render_figures(specs, root, out / "figures")  # checks metrics first
-    tables = aggregate.write_tables(root, out / "tables")
-    summary = pd.read_csv(tables["summary"]) if "summary" in tables else pd.DataFrame()
+        figures = render_figures(  # checks metrics first
+            specs, None, out / "figures", tidy=frames["results"], series=frames["series"]
+        )
+    tables = aggregate.write_tables(root, out / "tables", frames)
+    summary = frames["summary"]
     failed = jobs[jobs.status == "failed"][["stage", "job", "error"]]
     failed = failed.assign(log=[f"jobs/{s}/{j}/job.log" for s, j in zip(failed.stage, failed.job)])
     times = _stage_times(jobs)

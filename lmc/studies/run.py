@@ -35,9 +35,6 @@ class RunSummary:
     #: evaluate jobs this shard leaves to a run over the shard folders copied together
     left_to_merge: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    #: seconds the jobs that ran spent in their own run (``lmc fit``/``validate``), summed
-    job_seconds: float = 0.0
-    workers: int = 1
 
 
 def load_and_plan(path: str | Path) -> tuple[Study, list[Job]]:
@@ -136,7 +133,7 @@ def run_study(
     study = load_study(path)
     store = StudyStore(root)
     workers = study.executor.workers if workers is None else workers
-    summary = RunSummary(workers=workers)
+    summary = RunSummary()
     shard_of = parse_shard(shard_spec) if shard_spec is not None else None
     with store.lock():
         # the workers warm up while the study is checked against its configs
@@ -234,7 +231,6 @@ def _schedule(
                         job, {**record, "log_tail": "", "finished": now(), "worker_lost": True}
                     )
                 ok = record.get("status") == "done"
-                summary.job_seconds += float(record.get("seconds") or 0.0)
                 (summary.ran if ok else summary.failed).append(jid)
                 detail = "done" if ok else f"failed ({record.get('error')})"
                 if record.get("seconds"):

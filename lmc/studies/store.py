@@ -78,11 +78,8 @@ class StudyStore:
             try:
                 fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
-                try:
-                    pid = int(path.read_text().strip() or 0)
-                except (OSError, ValueError):
-                    pid = 0
-                if pid and _pid_alive(pid):
+                pid = self.holder()
+                if pid is not None:
                     raise StudyError(
                         f"{self.root} is being run by process {pid} (lock file {path}); wait for "
                         f"it to end or stop it. If no such run exists, delete {path}"

@@ -5,7 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+
+
+def logger_dir(logger: Logger, default_root: str | Path) -> Path:
+    """The run folder of ``logger``: ``<save_dir>/<name>/<version>`` (its ``log_dir`` for the CSV
+    and TensorBoard loggers), with ``default_root`` where it has no ``save_dir``."""
+    if isinstance(logger, (CSVLogger, TensorBoardLogger)):
+        return Path(logger.log_dir)
+    save_dir = logger.save_dir if logger.save_dir is not None else default_root
+    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+    return Path(save_dir) / str(logger.name) / version
 
 
 def run_dir(trainer: L.Trainer) -> Path:
@@ -13,17 +23,11 @@ def run_dir(trainer: L.Trainer) -> Path:
 
     Mirrors ``ModelCheckpoint``'s rule (``<save_dir>/<name>/<version>``) so the saved
     ``config.yaml``, the checkpoints and any summary of one run sit side by side, also with the
-    W&B logger, whose ``save_dir`` is shared by all runs. Call it on every rank.
+    W&B logger, whose ``save_dir`` is shared by all runs. Call it on every rank: rank 0's
+    folder is broadcast (other ranks do not know the logger's version).
     """
-    if not trainer.loggers:
-        path = Path(trainer.default_root_dir)
+    if trainer.loggers and trainer.is_global_zero:
+        path = logger_dir(trainer.loggers[0], trainer.default_root_dir)
     else:
-        logger = trainer.loggers[0]
-        if isinstance(logger, (CSVLogger, TensorBoardLogger)):
-            path = Path(logger.log_dir)
-        else:
-            save_dir = logger.save_dir if logger.save_dir is not None else trainer.default_root_dir
-            version = logger.version if trainer.is_global_zero else None
-            version = version if isinstance(version, str) else f"version_{version}"
-            path = Path(save_dir) / str(logger.name) / version
+        path = Path(trainer.default_root_dir)
     return Path(trainer.strategy.broadcast(str(path)))
