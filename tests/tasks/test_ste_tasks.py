@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from lmc.data import write_fake_cifar10, write_fake_mnist
 from lmc.io import load_checkpoint, model_state_dict
@@ -22,7 +23,13 @@ from tests.helpers import (
     wandb_run_dirs,
 )
 
-MERGE = sorted((CONFIGS / "merge").glob("*.yaml"))
+# the merge-sweep configs (fusion and Sinkhorn configs are run by their own tests)
+OWN_TESTS = ("lmc.tasks.OTFusionTask", "lmc.tasks.FedMATask", "lmc.tasks.SinkhornTask")
+MERGE = sorted(
+    p
+    for p in (CONFIGS / "merge").glob("*.yaml")
+    if yaml.safe_load(p.read_text())["model"]["class_path"] not in OWN_TESTS
+)
 WIDTH = 16
 CSV = str(CONFIGS / "loggers" / "csv.yaml")
 
@@ -83,7 +90,7 @@ def _ckpt_arg(paths) -> str:
 def _overlay(config: Path, world: dict, out: Path) -> list[str]:
     cfg = load_yaml(config)
     net = cfg["model"]["init_args"]["net"]["class_path"]
-    two = cfg["model"]["class_path"].endswith("STETask")
+    two = cfg["model"]["class_path"] in ("lmc.tasks.STETask", "lmc.tasks.SinkhornTask")
     if net.endswith("MLP"):
         paths = world["mlps"][:2] if two else world["mlps"]
         width = [f"--model.init_args.net.init_args.width={WIDTH}"]
@@ -134,12 +141,13 @@ def test_every_merge_config_runs(config, world, tmp_path):
     payload = json.loads((run / "summary.json").read_text())
     methods = {(e["method"], e["n"]) for e in payload["evaluations"]}
     mlp = load_yaml(config)["model"]["init_args"]["net"]["class_path"].endswith("MLP")
-    n = [2] if task == "lmc.tasks.STETask" else ([2, 3] if mlp else [3])
+    two = task in ("lmc.tasks.STETask", "lmc.tasks.SinkhornTask")
+    n = [2] if two else ([2, 3] if mlp else [3])
     expected = {
         "lmc.tasks.STEMMTask": ["stemm", "wm_ref", "mergemany"],
         "lmc.tasks.STETask": ["stemm", "naive", "wm_ref"],
-        "lmc.tasks.MergeTask": ["naive", "wm_ref", "mergemany"],
-    }[task]
+        "lmc.tasks.SinkhornTask": ["sinkhorn", "naive", "wm_ref"],
+    }.get(task) or load_yaml(config)["model"]["init_args"]["methods"]  # MergeTask: as configured
     expected = expected if mlp else ["stemm", "wm_ref"]
     assert methods == {(m, k) for m in expected for k in n}
     assert (run / "merge.png").stat().st_size > 10_000
@@ -150,7 +158,7 @@ def test_every_merge_config_runs(config, world, tmp_path):
         assert not mlp or isinstance(ev["metrics"]["sharpness"], float)
         if mlp and load_yaml(config)["model"]["init_args"]["pairwise"]:
             assert isinstance(ev["metrics"]["test/pairwise_loss_gap"], float)
-    if task == "lmc.tasks.STETask":
+    if two:
         assert (run / "matched.ckpt").is_file()
     if wandb:
         summary = payload["summary"]
