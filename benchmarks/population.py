@@ -37,15 +37,22 @@ CONFIG = ROOT / "configs" / "synthetic" / "teacher_student.yaml"
 CSV = ROOT / "configs" / "loggers" / "csv.yaml"
 
 
-def _args(root: Path, epochs: int, width: int, lr: float, *extra: str) -> list[str]:
+def student_args(width: int = 32, lr: float = 0.1) -> list[str]:
+    """The 003 student's config and overrides (``run``'s ``base``)."""
     return [
-        "fit",
         "-c",
         str(CONFIG),
-        "-c",
-        str(CSV),
         f"--model.init_args.net.init_args.width={width}",
         f"--model.init_args.optimizer.init_args.lr={lr}",
+    ]
+
+
+def _args(root: Path, epochs: int, base: list[str], *extra: str) -> list[str]:
+    return [
+        "fit",
+        *base,
+        "-c",
+        str(CSV),
         f"--trainer.max_epochs={epochs}",
         "--trainer.enable_progress_bar=false",
         "--trainer.enable_model_summary=false",
@@ -60,17 +67,20 @@ def _timed(args: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def run(folder: Path, members: int, epochs: int, width: int, lr: float) -> dict[str, float]:
+def run(
+    folder: Path, members: int, epochs: int, base: list[str], key: str = "students"
+) -> dict[str, float]:
+    """Time ``members`` sequential ``lmc fit <base>`` runs against one population of them."""
     seeds = list(range(members))
     population = f"--population=[{', '.join(map(str, seeds))}]"
     # warm-up: lazy imports and first-call costs of both paths, untimed
-    main(_args(folder / "warm_seq", 1, width, lr, "--seed_everything=0"))
-    main(_args(folder / "warm_pop", 1, width, lr, population))
+    main(_args(folder / "warm_seq", 1, base, "--seed_everything=0"))
+    main(_args(folder / "warm_pop", 1, base, population))
 
     sequential = 0.0
     for s in seeds:
-        sequential += _timed(_args(folder / f"seq{s}", epochs, width, lr, f"--seed_everything={s}"))
-    pop_seconds = _timed(_args(folder / "pop", epochs, width, lr, population))
+        sequential += _timed(_args(folder / f"seq{s}", epochs, base, f"--seed_everything={s}"))
+    pop_seconds = _timed(_args(folder / "pop", epochs, base, population))
 
     members_dir = folder / "pop" / "lmc" / "version_0" / "members"
     diff = 0.0
@@ -80,12 +90,10 @@ def run(folder: Path, members: int, epochs: int, width: int, lr: float) -> dict[
         twin = load_checkpoint(resolve_checkpoint(twin_dir))["state_dict"]
         diff = max(diff, *(float((mine[k] - v).abs().max()) for k, v in twin.items()))
     return {
-        "many_models_speedup_students": sequential / pop_seconds,
-        "sequential_s": sequential,
-        "population_s": pop_seconds,
-        "members": members,
-        "epochs": epochs,
-        "max_abs_diff": diff,
+        f"many_models_speedup_{key}": sequential / pop_seconds,
+        f"sequential_s_{key}": sequential,
+        f"population_s_{key}": pop_seconds,
+        f"max_abs_diff_{key}": diff,
     }
 
 
@@ -99,15 +107,16 @@ def main_cli(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.dir or Path(tmp)
-        r = run(folder, args.members, args.epochs, args.width, args.lr)
+        r = run(folder, args.members, args.epochs, student_args(args.width, args.lr))
     print(
-        f"{args.members} sequential `lmc fit` runs: {r['sequential_s']:.1f} s; one population: "
-        f"{r['population_s']:.1f} s"
+        f"{args.members} sequential `lmc fit` runs: {r['sequential_s_students']:.1f} s; one "
+        f"population: {r['population_s_students']:.1f} s"
     )
     print(
         f"many_models_speedup_students={r['many_models_speedup_students']:.1f} "
-        f"sequential_s={r['sequential_s']:.1f} population_s={r['population_s']:.2f} "
-        f"members={r['members']} epochs={r['epochs']} max_abs_diff={r['max_abs_diff']:.2e}"
+        f"sequential_s={r['sequential_s_students']:.1f} "
+        f"population_s={r['population_s_students']:.2f} members={args.members} "
+        f"epochs={args.epochs} max_abs_diff={r['max_abs_diff_students']:.2e}"
     )
 
 

@@ -35,6 +35,8 @@ import lightning as L  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from benchmarks.population import run as population_run  # noqa: E402
+from benchmarks.population import student_args  # noqa: E402
 from lmc.cli import build_cli  # noqa: E402
 from lmc.data.fake import write_fake_cifar10, write_fake_mnist  # noqa: E402
 
@@ -50,7 +52,13 @@ class EpochTimer(L.Callback):
         self._t0 = time.perf_counter()
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        _sync(pl_module.device)
         self.times.append(time.perf_counter() - self._t0)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _cli(args: list[str]):
@@ -86,7 +94,8 @@ def plain_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float],
     dm.prepare_data()
     dm.setup("fit")
     loader = dm.train_dataloader()
-    net = task.net
+    device = cli.trainer.strategy.root_device
+    net = task.net.to(device)
     optimizer = task.optimizer(net.parameters())
     loss_fn = nn.CrossEntropyLoss()
     net.train()
@@ -96,10 +105,12 @@ def plain_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float],
             loader.sampler.set_epoch(epoch)
         t0 = time.perf_counter()
         for x, y in loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(net(x), y)
             loss.backward()
             optimizer.step()
+        _sync(device)
         times.append(time.perf_counter() - t0)
     return times, len(loader.dataset)
 
@@ -133,7 +144,13 @@ def main() -> None:
     parser.add_argument("--fake-mnist", action="store_true", help="a fake MNIST (timing only)")
     parser.add_argument("--cifar-n", type=int, default=5000, help="fake CIFAR-10 images")
     parser.add_argument("--cifar-batch", type=int, default=500)
-    parser.add_argument("--only", choices=["mlp", "resnet20"], default=None)
+    parser.add_argument(
+        "--only", choices=["mlp", "resnet20", "students", "mlp_population"], default=None
+    )
+    parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--members", type=int, default=16, help="population size")
+    parser.add_argument("--student-epochs", type=int, default=50)
+    parser.add_argument("--mlp-population-epochs", type=int, default=2)
     ns = parser.parse_args()
     torch.manual_seed(0)
     csv = str(ROOT / "configs" / "loggers" / "csv.yaml")
@@ -141,7 +158,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as fake:
         if ns.only in (None, "mlp"):
             mnist = ["-c", str(ROOT / "configs" / "mnist" / "mlp.yaml"), "-c", csv]
-            mnist.append("--trainer.accelerator=cpu")
+            mnist.append(f"--trainer.accelerator={ns.accelerator}")
             if ns.fake_mnist:
                 write_fake_mnist(fake, n_train=60000, n_test=10000)
                 mnist.append(f"--data.init_args.data_dir={fake}")
@@ -164,9 +181,29 @@ def main() -> None:
                 "--data.init_args.val_size=100",
                 "--data.init_args.alignment_size=100",
                 f"--data.init_args.batch_size={ns.cifar_batch}",
-                "--trainer.accelerator=cpu",
+                f"--trainer.accelerator={ns.accelerator}",
             ]
             line.update(compare("resnet20", resnet, ns.epochs, ns.repeats))
+        # many models as one population vs N sequential `lmc fit` runs (benchmarks/population.py)
+        if ns.only in (None, "students"):
+            with tempfile.TemporaryDirectory() as tmp:
+                base = [*student_args(), f"--trainer.accelerator={ns.accelerator}"]
+                line.update(population_run(Path(tmp), ns.members, ns.student_epochs, base))
+        if ns.only in (None, "mlp_population"):
+            mlp = [
+                "-c",
+                str(ROOT / "configs" / "mnist" / "mlp.yaml"),
+                f"--trainer.accelerator={ns.accelerator}",
+                "--test_after_fit=false",
+            ]
+            if ns.fake_mnist:
+                write_fake_mnist(fake, n_train=60000, n_test=10000)
+                mlp.append(f"--data.init_args.data_dir={fake}")
+            with tempfile.TemporaryDirectory() as tmp:
+                pop = population_run(Path(tmp), ns.members, ns.mlp_population_epochs, mlp, "mlp")
+            line.update(pop)
+        for key in [k for k in line if k.startswith("many_models")]:
+            print(f"{key}: {line[key]:.2f}x", flush=True)
     print(" ".join(f"{k}={v:.4g}" for k, v in line.items()))
 
 

@@ -7,7 +7,10 @@
 * :mod:`lmc.merging.baselines`: :func:`check_models`, weight matching to one reference
   (:func:`wm_to_reference`, 004 §3) and MergeMany (:func:`merge_many_perms`, §5);
 * :mod:`lmc.merging.evaluate`: merged vs original loss/accuracy, pairwise merges (Fig. 4),
-  sharpness (§6.2); :mod:`lmc.merging.geometry`: distance ratios and triplet angles (§6.1).
+  sharpness (§6.2); :mod:`lmc.merging.geometry`: distance ratios and triplet angles (§6.1);
+* :mod:`lmc.merging.ccmm`: cycle-consistent multi-model matching by Frank-Wolfe (C2M3;
+  registered as the ``ccmm`` merge method); :mod:`lmc.merging.sinkhorn`: Sinkhorn re-basin
+  (Peña et al. 2023).
 """
 
 from lmc.merging.baselines import (
@@ -21,6 +24,7 @@ from lmc.merging.baselines import (
     parameter_keys,
     wm_to_reference,
 )
+from lmc.merging.ccmm import CCMMResult, ccmm, ccmm_merge, ccmm_perms, pairwise_permutation
 from lmc.merging.evaluate import (
     MergeEvaluation,
     MergeSweep,
@@ -29,6 +33,7 @@ from lmc.merging.evaluate import (
     evaluate_originals,
     evaluate_sweep,
 )
+from lmc.merging.fedma import fedma, local_train, match_layer
 from lmc.merging.geometry import (
     describe,
     distance_ratios,
@@ -36,6 +41,23 @@ from lmc.merging.geometry import (
     triplet_angles,
 )
 from lmc.merging.loop import STEResult, ste, ste_mm
+from lmc.merging.otfusion import (
+    FUSION_METHODS,
+    FusionResult,
+    Pruning,
+    check_fusion_models,
+    materialize,
+    otfusion,
+    prune_models,
+)
+from lmc.merging.sinkhorn import (
+    SinkhornRebasin,
+    SinkhornResult,
+    sinkhorn,
+    sinkhorn_optimizer,
+    sinkhorn_rebasin,
+    temperature,
+)
 from lmc.merging.ste import (
     STEMM,
     Mixing,
@@ -46,6 +68,27 @@ from lmc.merging.ste import (
 )
 
 __all__ = [
+    "CCMMResult",
+    "SinkhornRebasin",
+    "SinkhornResult",
+    "ccmm",
+    "ccmm_merge",
+    "ccmm_perms",
+    "pairwise_permutation",
+    "sinkhorn",
+    "sinkhorn_optimizer",
+    "sinkhorn_rebasin",
+    "temperature",
+    "FUSION_METHODS",
+    "FusionResult",
+    "Pruning",
+    "check_fusion_models",
+    "fedma",
+    "local_train",
+    "match_layer",
+    "materialize",
+    "otfusion",
+    "prune_models",
     "BASELINES",
     "MERGE_METHODS",
     "Baseline",

@@ -164,6 +164,8 @@ class Problem:
         keys: list[str],
         cache: SourceCache | None = None,
     ) -> None:
+        if spec.pieces:  # block-structured entries: match over their pieces
+            a, b, keys, spec = spec.split(a), spec.split(b), spec.split_keys(keys), spec.flat
         self.spec = spec
         self.keys = keys
         self.cache = cache

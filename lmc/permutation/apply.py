@@ -32,6 +32,8 @@ def apply_permutation(
     """
     if check:
         check_permutation(perm, spec.sizes(state))
+    if spec.pieces:  # block-structured entries: permute their pieces, then reassemble
+        return spec.join(apply_permutation(spec.split(state), spec.flat, perm, check=False), state)
     out: dict[str, Tensor] = {}
     cache: dict[tuple[str, torch.device], Tensor] = {}
     for key, t in state.items():

@@ -73,7 +73,11 @@ def _forward(
     model.train(train)
     if train:  # dropout masks would not follow the permutation; keep them off
         for m in model.modules():
-            if isinstance(m, nn.modules.dropout._DropoutNd):
+            # torchvision's StochasticDepth drops whole samples at random: off as well
+            if (
+                isinstance(m, nn.modules.dropout._DropoutNd)
+                or type(m).__name__ == "StochasticDepth"
+            ):
                 m.eval()
     try:
         with torch.no_grad():

@@ -1,18 +1,25 @@
 """Derive a permutation spec for a user's model by tracing it with ``torch.fx`` (C2).
 
-Every tensor in the traced graph carries a *channel space*: the identity of its feature axis
-(axis 1). A Linear/Conv2d creates a new space for its output; norms, elementwise activations,
-dropout, pooling and flatten (of a 1x1 map) pass the space through; a residual ``add`` (or an
-elementwise product) merges the spaces of its operands, which is how a ResNet stream ends up
-sharing one permutation across blocks and shortcuts (002 App. D). The model's inputs and outputs
-have a fixed order, so spaces merged with them are not permuted. Each remaining space is one
-permutation group; the group is named after the first module that produced it.
+Every tensor in the traced graph carries a *channel space* on one axis (its feature axis: axis 1
+of a feature map, the last axis of a channels-last or token tensor): the identity of its units.
+A Linear/Conv creates a new space for its output; norms, elementwise activations, dropout,
+stochastic depth, pooling and shape-only nodes (``torch._assert``, ``size``) pass it through;
+a residual ``add`` or a squeeze-and-excitation product merges the spaces of its operands, which
+is how a ResNet stream shares one permutation across blocks and shortcuts (002 App. D).
+``permute``/``transpose``/``view`` move the feature axis; ``flatten`` of a ``C x H x W`` map
+gives ``C`` blocks of ``H W`` features (block permutation), ``torch.cat`` of feature maps the
+concatenation of their spaces (block-diagonal), a grouped convolution splits its input and
+output into groups permuted within (depthwise: the input's permutation carries through); see
+:mod:`lmc.permutation.derive_spaces`. The model's inputs and outputs have a fixed order, so
+spaces merged with them are not permuted. Each remaining leaf space is one permutation group,
+named after the module that first produced it.
 """
 
 from __future__ import annotations
 
+import math
 import operator
-from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
+from lmc.permutation.derive_spaces import Member, NotExpressible, Spaces, spec_from
 from lmc.permutation.spec import PermutationSpec
 
 
@@ -44,6 +52,7 @@ _ELEMENTWISE_FUNCTIONS = {
     F.max_pool1d, F.max_pool2d, F.avg_pool1d, F.avg_pool2d, F.adaptive_avg_pool1d,
     F.adaptive_avg_pool2d, F.adaptive_max_pool1d, F.adaptive_max_pool2d, torch.clone,
 }  # fmt: skip
+_ELEMENTWISE_NAMES = {"stochastic_depth"}  # torchvision.ops (fx-wrapped): scales whole samples
 _BINARY_FUNCTIONS = {
     operator.add, operator.iadd, operator.sub, operator.isub, operator.mul, operator.imul,
     operator.truediv, operator.itruediv, torch.add, torch.sub, torch.mul, torch.div,
@@ -55,30 +64,27 @@ _BINARY_METHODS = {"add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_"}
 _SHAPE_METHODS = {"size", "dim"}
 
 
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: list[int] = []
+@dataclass(frozen=True)
+class _T:
+    """A feature tensor: ``axis`` carries ``space`` (other axes are not permuted)."""
 
-    def new(self) -> int:
-        self.parent.append(len(self.parent))
-        return len(self.parent) - 1
-
-    def find(self, x: int) -> int:
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union(self, a: int, b: int) -> int:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            # keep the older root so that the fixed space (0) and first producers stay roots
-            ra, rb = min(ra, rb), max(ra, rb)
-            self.parent[rb] = ra
-        return ra
+    space: int
+    axis: int
 
 
-def _shape(node: fx.Node) -> tuple[int, ...] | None:
+@dataclass(frozen=True)
+class _P:
+    """A parameter used outside its module (``get_attr``), right-aligned with ``offset`` new
+    leading axes after ``expand``."""
+
+    key: str
+    ndim: int
+    offset: int = 0
+
+
+def _shape(node: Any) -> tuple[int, ...] | None:
+    if not isinstance(node, fx.Node):
+        return None
     meta = node.meta.get("tensor_meta")
     return tuple(meta.shape) if meta is not None and hasattr(meta, "shape") else None
 
@@ -92,258 +98,417 @@ def _describe(node: fx.Node) -> str:
     return f"node {node.name!r} ({node.op} {target})"
 
 
+def _arg(node: fx.Node, i: int, name: str, default: Any = None) -> Any:
+    return node.args[i] if i < len(node.args) else node.kwargs.get(name, default)
+
+
+def _nodes(args: Any) -> list[fx.Node]:
+    out: list[fx.Node] = []
+    fx.node.map_arg(args, out.append)
+    return out
+
+
 class _Deriver:
     def __init__(self, gm: fx.GraphModule, model: nn.Module) -> None:
         self.gm = gm
         self.model = model
-        self.uf = _UnionFind()
-        self.fixed = self.uf.new()
-        self.space: dict[fx.Node, int | None] = {}
-        self.members: list[tuple[str, int, int]] = []  # key, axis, space
-        self.names: dict[int, str] = {}  # space created by a module -> module name
-        self.module_out: dict[str, int] = {}
-        self.module_in: dict[str, int] = {}
+        self.sp = Spaces()
+        self.val: dict[fx.Node, _T | _P | None] = {}
+        self.members: list[Member] = []
+        self.module_io: dict[str, tuple[int, int]] = {}
         self.points: list[tuple[str, int, int]] = []  # module name, space, priority
+        self.node: fx.Node | None = None
 
     # -- helpers -------------------------------------------------------------------------
-    def _in(self, node: fx.Node, i: int = 0) -> int:
+    def err(self, msg: str) -> SpecDerivationError:
+        return SpecDerivationError(f"{_describe(self.node)}: {msg}")  # type: ignore[arg-type]
+
+    def _in(self, node: fx.Node, i: int = 0) -> _T:
         arg = node.args[i] if i < len(node.args) else None
-        if not isinstance(arg, fx.Node) or self.space.get(arg) is None:
-            raise SpecDerivationError(f"{_describe(node)}: expected a tensor as argument {i}")
-        return self.space[arg]  # type: ignore[return-value]
+        v = self.val.get(arg) if isinstance(arg, fx.Node) else None
+        if not isinstance(v, _T):
+            raise self.err(f"expected a feature tensor as argument {i}")
+        return v
 
     def _fixed(self, s: int) -> bool:
-        return self.uf.find(s) == self.uf.find(self.fixed)
+        return self.sp.is_fixed(s)
 
-    def _check_channels_kept(self, node: fx.Node, what: str) -> None:
-        src = node.args[0]
-        s_in = _shape(src) if isinstance(src, fx.Node) else None
-        s_out = _shape(node)
-        space = self._in(node)
-        if self._fixed(space) or s_in is None or s_out is None:
-            return
-        if len(s_out) < 2 or len(s_in) < 2 or s_in[1] != s_out[1] or s_in[0] != s_out[0]:
-            raise SpecDerivationError(
-                f"{_describe(node)}: {what} maps shape {s_in} to {s_out}, mixing channels with "
-                "other axes; only flattening a map whose spatial size is 1 (after global "
-                "pooling) keeps a permutation expressible per axis"
-            )
-
-    def _param(self, prefix: str, name: str, axes: Sequence[int | None]) -> None:
+    def _param(self, prefix: str, name: str, axes: tuple[int | None, ...], rows=None) -> None:
         key = f"{prefix}.{name}" if prefix else name
         for axis, s in enumerate(axes):
             if s is not None:
-                self.members.append((key, axis, s))
+                self.members.append((key, axis, s, rows))
 
-    def _layer_spaces(self, node: fx.Node, target: str) -> tuple[int, int]:
-        s_in = self._in(node)
-        if target in self.module_out:  # shared module called again: same spaces
-            self.uf.union(self.module_in[target], s_in)
-            return self.module_in[target], self.module_out[target]
-        s_out = self.uf.new()
-        self.names[s_out] = target
-        self.module_in[target], self.module_out[target] = s_in, s_out
+    def _point(self, target: str, v: _T, prio: int) -> None:
+        if v.axis == 1:
+            self.points.append((target, v.space, prio))
+
+    def _on_axis(self, v: _T, axis: int, what: str) -> int:
+        """The space of ``v`` if it sits on ``axis`` (a fixed space anywhere is fine)."""
+        if v.axis != axis and not self._fixed(v.space):
+            raise self.err(
+                f"{what} acts on axis {axis} but the permuted features are on axis {v.axis}"
+            )
+        return v.space if v.axis == axis else Spaces.FIXED
+
+    def _layer(self, target: str, s_in: int, make_out) -> tuple[int, int]:
+        if target in self.module_io:  # shared module called again: same spaces
+            s0, s1 = self.module_io[target]
+            self.sp.union(s0, s_in)
+            return s0, s1
+        s_out = make_out()
+        self.module_io[target] = (s_in, s_out)
         return s_in, s_out
 
-    # -- node handlers ---------------------------------------------------------------------
-    def call_module(self, node: fx.Node) -> int | None:
+    # -- modules ---------------------------------------------------------------------------
+    def call_module(self, node: fx.Node) -> _T | _P | None:
         target = str(node.target)
         mod = self.gm.get_submodule(target)
-        shape_in = _shape(node.args[0]) if node.args and isinstance(node.args[0], fx.Node) else None
-        if isinstance(mod, (nn.Linear, nn.Conv1d, nn.Conv2d)):
-            if isinstance(mod, nn.Linear) and shape_in is not None and len(shape_in) != 2:
-                raise SpecDerivationError(
-                    f"{_describe(node)}: Linear on a rank-{len(shape_in)} input is not "
-                    "supported (its features are the last axis, not axis 1)"
-                )
-            if not isinstance(mod, nn.Linear) and mod.groups != 1:
-                raise SpecDerivationError(
-                    f"{_describe(node)}: grouped/depthwise conv is not supported"
-                )
-            s_in, s_out = self._layer_spaces(node, target)
-            self.points.append((target, s_out, 2))  # pre-activations: last-resort points
-            w = mod.weight
-            self._param(target, "weight", (s_out, s_in) + (None,) * (w.ndim - 2))
+        shape_in = _shape(node.args[0]) if node.args else None
+        if isinstance(mod, nn.Linear):
+            v = self._in(node)
+            nd = len(shape_in) if shape_in else 2
+            s_in = self._on_axis(v, nd - 1, "Linear")
+            s_in, s_out = self._layer(target, s_in, lambda: self.sp.new(mod.out_features, target))
+            out = _T(s_out, nd - 1)
+            self._point(target, out, 2)
+            self._param(target, "weight", (s_out, s_in))
             if mod.bias is not None:
                 self._param(target, "bias", (s_out,))
-            return s_out
-        if isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d, nn.GroupNorm, nn.LayerNorm)):
-            s = self._in(node)
-            if isinstance(mod, nn.GroupNorm) and mod.num_groups not in (1, mod.num_channels):
-                raise SpecDerivationError(
-                    f"{_describe(node)}: GroupNorm with {mod.num_groups} groups of "
-                    f"{mod.num_channels} channels only allows permutations within groups; "
-                    "use num_groups=1 (LayerNorm) or num_groups=num_channels"
-                )
-            if isinstance(mod, nn.LayerNorm):
-                if shape_in is None or tuple(mod.normalized_shape) != tuple(shape_in[1:]):
-                    raise SpecDerivationError(
-                        f"{_describe(node)}: LayerNorm{tuple(mod.normalized_shape)} on input "
-                        f"{shape_in} must normalise every axis but the batch axis"
-                    )
+            return out
+        if isinstance(mod, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+            return self._conv(node, target, mod)
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+            v = self._in(node)
+            s = self._on_axis(v, 1, type(mod).__name__)
             for name, t in mod.state_dict(keep_vars=True).items():
-                self._param(target, name, (s,) + (None,) * (t.ndim - 1) if t.ndim else ())
-            self.points.append((target, s, 1))
-            return s
+                self._param(target, name, (s,) if t.ndim else ())
+            self._point(target, v, 1)
+            return v
+        if isinstance(mod, nn.GroupNorm):
+            v = self._in(node)
+            s = self._on_axis(v, 1, "GroupNorm")
+            if 1 < mod.num_groups < mod.num_channels:  # permute within each group
+                n = mod.num_channels // mod.num_groups
+                self.sp.union(s, self.sp.cat(self.sp.split(s, [n] * mod.num_groups), target))
+            for name, t in mod.state_dict(keep_vars=True).items():
+                self._param(target, name, (s,) if t.ndim else ())
+            self._point(target, v, 1)
+            return v
+        if isinstance(mod, nn.LayerNorm):
+            v = self._in(node)
+            self._layer_norm(v, len(shape_in or ()), len(mod.normalized_shape), target, mod)
+            self._point(target, v, 1)
+            return v
         if isinstance(mod, nn.PReLU):
-            s = self._in(node)
-            self._param(target, "weight", (s if mod.weight.numel() > 1 else None,))
-            self.points.append((target, s, 0))
-            return s
+            v = self._in(node)
+            s = self._on_axis(v, 1, "PReLU") if mod.weight.numel() > 1 else None
+            self._param(target, "weight", (s,))
+            self._point(target, v, 0)
+            return v
         if isinstance(mod, _ACTIVATIONS):
-            s = self._in(node)
-            self.points.append((target, s, 0))
-            return s
+            v = self._in(node)
+            self._point(target, v, 0)
+            return v
         if isinstance(mod, _PASS_MODULES):
             return self._in(node)
         if isinstance(mod, nn.Flatten):
-            if mod.start_dim != 1 or mod.end_dim != -1:
-                raise SpecDerivationError(f"{_describe(node)}: only Flatten(1, -1) is supported")
-            self._check_channels_kept(node, "flatten")
-            return self._in(node)
-        raise SpecDerivationError(
-            f"{_describe(node)}: cannot derive how a permutation passes through module "
-            f"{target!r} of type {type(mod).__name__}; supported are Linear, Conv, BatchNorm, "
-            "LayerNorm, GroupNorm(1, C), elementwise activations, dropout, pooling and flatten"
+            return self._flatten(node, mod.start_dim, mod.end_dim)
+        if isinstance(mod, nn.MultiheadAttention):
+            return self._mha(node, target, mod)
+        raise self.err(
+            f"cannot derive how a permutation passes through module {target!r} of type "
+            f"{type(mod).__name__}; supported are Linear, Conv (grouped too), BatchNorm, "
+            "LayerNorm, GroupNorm, MultiheadAttention, elementwise activations, dropout, "
+            "pooling and flatten; write a PermutationSpec by hand for this model"
         )
 
-    def _binary(self, node: fx.Node) -> int | None:
-        spaces = [self.space.get(a) for a in node.args[:2] if isinstance(a, fx.Node)]
-        spaces = [s for s in spaces if s is not None]
-        if not spaces:
-            return None
-        s = spaces[0]
-        for other in spaces[1:]:
-            s = self.uf.union(s, other)
-        return s
+    def _conv(self, node: fx.Node, target: str, mod: nn.Module) -> _T:
+        v = self._in(node)
+        s_in = self._on_axis(v, 1, "Conv")
+        g, cin, cout = mod.groups, mod.in_channels, mod.out_channels
+        w = (None,) * (mod.weight.ndim - 2)
+        if g == 1:
+            s_in, s_out = self._layer(target, s_in, lambda: self.sp.new(cout, target))
+            self._param(target, "weight", (s_out, s_in, *w))
+        elif cin == g:  # depthwise: output channel k*m+j reads input channel k only
+            m = cout // g
+            s_in, s_out = self._layer(
+                target,
+                s_in,
+                lambda: self.sp.kron([s_in, self.sp.fixed_leaf(m)], target) if m > 1 else s_in,
+            )
+            self._param(target, "weight", (s_out, None, *w))
+        else:  # grouped: within-group permutations, each group its own
+            ci, co = cin // g, cout // g
+            if target in self.module_io:
+                raise self.err("a grouped convolution called twice is not supported")
+            ins = self.sp.split(s_in, [ci] * g)
+            self.sp.union(s_in, self.sp.cat(ins, f"{target}:in"))
+            outs = [self.sp.new(co, f"{target}:{i}") for i in range(g)]
+            s_out = self.sp.cat(outs, target)
+            self.module_io[target] = (s_in, s_out)
+            for i in range(g):
+                self._param(target, "weight", (outs[i], ins[i], *w), rows=(i * co, i * co + co))
+        if mod.bias is not None:
+            self._param(target, "bias", (s_out,))
+        out = _T(s_out, 1)
+        self._point(target, out, 2)
+        return out
 
-    def call_function(self, node: fx.Node) -> int | None:
-        fn = node.target
-        if fn in _BINARY_FUNCTIONS:
-            return self._binary(node)
-        if fn in _ELEMENTWISE_FUNCTIONS:
-            return self._in(node)
-        if fn is torch.flatten:
-            start = node.args[1] if len(node.args) > 1 else node.kwargs.get("start_dim", 0)
-            if start != 1:
-                raise SpecDerivationError(
-                    f"{_describe(node)}: only torch.flatten(x, 1) is supported"
+    def _layer_norm(self, v: _T, nd: int, nn_dims: int, target: str, mod: Any) -> None:
+        first = nd - nn_dims
+        if v.axis >= first and not self._fixed(v.space):
+            for name in ("weight", "bias"):
+                t = mod.get(name) if isinstance(mod, dict) else getattr(mod, name, None)
+                if t is None:
+                    continue
+                axes: list[int | None] = [None] * nn_dims
+                axes[v.axis - first] = v.space
+                if isinstance(mod, dict):
+                    self._param("", t, tuple(axes))
+                else:
+                    self._param(target, name, tuple(axes))
+
+    def _mha(self, node: fx.Node, target: str, mod: nn.MultiheadAttention) -> Any:
+        raise self.err("nn.MultiheadAttention is not supported yet; write a spec by hand")
+
+    # -- shape ops -------------------------------------------------------------------------
+    def _flatten(self, node: fx.Node, start: int, end: int) -> _T | None:
+        v = self.val.get(node.args[0])
+        s_in = _shape(node.args[0])
+        if not isinstance(v, _T) or s_in is None:
+            return self._generic(node)
+        nd = len(s_in)
+        start, end = start % nd, end % nd
+        if not start <= v.axis <= end:
+            return _T(v.space, v.axis if v.axis < start else v.axis - (end - start))
+        before = math.prod(s_in[start : v.axis])
+        after = math.prod(s_in[v.axis + 1 : end + 1])
+        parts = [self.sp.fixed_leaf(before), v.space, self.sp.fixed_leaf(after)]
+        return _T(self.sp.kron(parts, node.name), start)
+
+    def _view(self, node: fx.Node) -> _T | None:
+        v = self.val.get(node.args[0])
+        s_in, s_out = _shape(node.args[0]), _shape(node)
+        if not isinstance(v, _T) or s_in is None or s_out is None:
+            return self._generic(node)
+        if self._fixed(v.space):
+            return _T(v.space, min(v.axis, len(s_out) - 1))
+        lead = math.prod(s_in[: v.axis])
+        size = s_in[v.axis]
+        pre = [math.prod(s_out[:k]) for k in range(len(s_out) + 1)]
+        for k in range(len(s_out)):  # the axis kept (other axes merged or split around it)
+            if pre[k] == lead and s_out[k] == size:
+                return _T(v.space, k)
+        for k in range(len(s_out)):  # merged with neighbours into one output axis
+            if pre[k] <= lead and lead * size * math.prod(s_in[v.axis + 1 :]) >= pre[k + 1]:
+                if lead % pre[k] == 0 and pre[k + 1] % (lead * size) == 0:
+                    before, after = lead // pre[k], pre[k + 1] // (lead * size)
+                    parts = [self.sp.fixed_leaf(before), v.space, self.sp.fixed_leaf(after)]
+                    return _T(self.sp.kron(parts, node.name), k)
+        raise self.err(
+            f"reshape from {s_in} to {s_out} splits the permuted axis {v.axis}; only views "
+            "that keep it or merge it with its neighbours are supported"
+        )
+
+    def _permute(self, node: fx.Node, dims: Any) -> _T | None:
+        v = self.val.get(node.args[0])
+        if not isinstance(v, _T):
+            return self._generic(node)
+        nd = len(_shape(node) or dims)
+        dims = [d % nd for d in dims]
+        return _T(v.space, dims.index(v.axis))
+
+    def _transpose(self, node: fx.Node) -> _T | None:
+        v = self.val.get(node.args[0])
+        if not isinstance(v, _T):
+            return self._generic(node)
+        nd = len(_shape(node) or ())
+        a, b = _arg(node, 1, "dim0") % nd, _arg(node, 2, "dim1") % nd
+        return _T(v.space, b if v.axis == a else a if v.axis == b else v.axis)
+
+    # -- functions ---------------------------------------------------------------------------
+    def _broadcast(self, node: fx.Node, operands: list[Any]) -> _T | None:
+        """Elementwise op with broadcasting: the operands' permuted axes are merged."""
+        out = _shape(node)
+        nd = len(out) if out is not None else 0
+        feats = [(a, v) for a in operands if isinstance(v := self.val.get(a), _T) and a is not None]
+        live = [(a, v) for a, v in feats if not self._fixed(v.space)]
+        if not live:
+            return _T(Spaces.FIXED, feats[0][1].axis) if feats else self._generic(node)
+        axes = {v.axis + nd - len(_shape(a) or out or ()) for a, v in live}
+        if len(axes) > 1:
+            raise self.err("operands carry permuted features on different axes")
+        axis = axes.pop()
+        space = live[0][1].space
+        for a in operands:
+            if not isinstance(a, fx.Node):
+                continue
+            v = self.val.get(a)
+            shp = _shape(a) or ()
+            pos = axis - (nd - len(shp))
+            if isinstance(v, _T) and not self._fixed(v.space):
+                self.sp.union(space, v.space)
+            elif isinstance(v, _P):
+                pa = pos - v.offset
+                if 0 <= pa < v.ndim and shp[pos] > 1:
+                    ax: list[int | None] = [None] * v.ndim
+                    ax[pa] = space
+                    self._param("", v.key, tuple(ax))
+            elif 0 <= pos < len(shp) and shp[pos] > 1:
+                self.sp.fix(space)  # a per-feature constant that is not a parameter
+        return _T(space, axis)
+
+    def _cat(self, node: fx.Node) -> _T | None:
+        tensors = list(_arg(node, 0, "tensors"))
+        dim = _arg(node, 1, "dim", 0)
+        vals = [self.val.get(t) for t in tensors]
+        feats = [v for v in vals if isinstance(v, _T) and not self._fixed(v.space)]
+        if not feats:
+            return self._broadcast(node, tensors)
+        nd = len(_shape(node) or ())
+        dim %= nd
+        if any(v.axis != dim for v in feats):
+            return self._broadcast(node, tensors)  # along another axis: like an elementwise op
+        parts = []
+        for t, v in zip(tensors, vals):
+            n = (_shape(t) or (0,) * nd)[dim]
+            parts.append(v.space if isinstance(v, _T) and v.axis == dim else self.sp.fixed_leaf(n))
+        return _T(self.sp.cat(parts, node.name), dim)
+
+    def _reduce(self, node: fx.Node) -> _T:
+        v = self._in(node)
+        dims = _arg(node, 1, "dim")
+        nd = len(_shape(node.args[0]) or (0,) * 4)
+        dims = (dims,) if isinstance(dims, int) else tuple(dims or ())
+        if not dims or any(d % nd in (0, v.axis) for d in dims):
+            raise self.err("reductions over the batch or the permuted axis are not supported")
+        keep = _arg(node, 2, "keepdim", False)
+        return _T(v.space, v.axis if keep else v.axis - sum(d % nd < v.axis for d in dims))
+
+    def _generic(self, node: fx.Node) -> None:
+        """A node reading no feature tensor (shapes, asserts, masks) carries no permutation."""
+        for a in _nodes((node.args, node.kwargs)):
+            v = self.val.get(a)
+            if isinstance(v, _T) and not self._fixed(v.space):
+                raise self.err("cannot derive how a permutation passes through this operation")
+            if isinstance(v, _P):
+                raise self.err(
+                    f"parameter {v.key!r} is used outside its module in a way derive_spec "
+                    "does not know; write a PermutationSpec by hand"
                 )
-            self._check_channels_kept(node, "flatten")
-            return self._in(node)
+        return None
+
+    def call_function(self, node: fx.Node) -> Any:
+        fn = node.target
+        name = getattr(fn, "__name__", "")
+        if fn in _BINARY_FUNCTIONS:
+            return self._broadcast(node, list(node.args[:2]))
+        if fn in _ELEMENTWISE_FUNCTIONS or name in _ELEMENTWISE_NAMES:
+            return self._in(node) if isinstance(self.val.get(node.args[0]), _T) else None
+        if fn is torch.flatten:
+            return self._flatten(node, _arg(node, 1, "start_dim", 0), _arg(node, 2, "end_dim", -1))
+        if fn is torch.cat or fn is torch.concat:
+            return self._cat(node)
+        if fn is torch.permute:
+            return self._permute(node, _arg(node, 1, "dims"))
+        if fn is torch.transpose:
+            return self._transpose(node)
+        if fn in (torch.reshape,):
+            return self._view(node)
         if fn in (torch.mean, torch.amax, torch.sum):
             return self._reduce(node)
-        if fn is getattr or fn is operator.getitem:
-            src = node.args[0]
-            if (
-                isinstance(src, fx.Node)
-                and self.space.get(src) is not None
-                and fn is operator.getitem
-            ):
-                raise SpecDerivationError(
-                    f"{_describe(node)}: indexing a feature tensor is not supported"
-                )
-            return None
-        raise SpecDerivationError(
-            f"{_describe(node)}: cannot derive how a permutation passes through function "
-            f"{getattr(fn, '__name__', fn)}"
-        )
+        if fn is F.layer_norm:
+            v = self._in(node)
+            shp = _arg(node, 1, "normalized_shape")
+            params = {}
+            for i, pname in ((2, "weight"), (3, "bias")):
+                p = self.val.get(_arg(node, i, pname))
+                if isinstance(p, _P):
+                    params[pname] = p.key
+            self._layer_norm(v, len(_shape(node) or ()), len(shp), "", params)
+            return v
+        if fn is operator.getitem:
+            src = self.val.get(node.args[0])
+            if isinstance(src, _T) and not self._fixed(src.space):
+                raise self.err("indexing a feature tensor is not supported")
+            return self._generic(node)
+        return self._generic(node)
 
-    def _reduce(self, node: fx.Node) -> int:
-        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-        dims = (dims,) if isinstance(dims, int) else tuple(dims or ())
-        s_in = _shape(node.args[0]) if isinstance(node.args[0], fx.Node) else None
-        nd = len(s_in) if s_in is not None else 4
-        if not dims or any(d % nd in (0, 1) for d in dims):
-            raise SpecDerivationError(
-                f"{_describe(node)}: reductions over the batch or channel axis are not supported"
-            )
-        return self._in(node)
-
-    def call_method(self, node: fx.Node) -> int | None:
+    def call_method(self, node: fx.Node) -> Any:
         name = str(node.target)
+        src = self.val.get(node.args[0]) if node.args else None
         if name in _SHAPE_METHODS:
             return None
         if name in _BINARY_METHODS:
-            return self._binary(node)
+            return self._broadcast(node, list(node.args[:2]))
         if name in _ELEMENTWISE_METHODS:
-            return self._in(node)
-        if name in ("flatten", "view", "reshape", "squeeze"):
-            self._check_channels_kept(node, name)
-            return self._in(node)
+            return src if isinstance(src, (_T, _P)) else self._generic(node)
+        if name == "flatten":
+            return self._flatten(node, _arg(node, 1, "start_dim", 0), _arg(node, 2, "end_dim", -1))
+        if name in ("view", "reshape", "squeeze", "unsqueeze"):
+            return self._view(node)
+        if name == "permute":
+            dims = node.args[1:]
+            dims = dims[0] if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else dims
+            return self._permute(node, dims)
+        if name == "transpose":
+            return self._transpose(node)
+        if name == "expand" and isinstance(src, _P):
+            return _P(src.key, src.ndim, len(_shape(node) or ()) - src.ndim)
         if name in ("mean", "amax", "sum"):
             return self._reduce(node)
-        raise SpecDerivationError(
-            f"{_describe(node)}: cannot derive how a permutation passes through method .{name}()"
-        )
+        if isinstance(src, _T) and not self._fixed(src.space):
+            raise self.err(f"cannot derive how a permutation passes through method .{name}()")
+        return self._generic(node)
 
-    def run(self) -> PermutationSpec:
+    def run(self, model_name: str) -> PermutationSpec:
         for node in self.gm.graph.nodes:
+            self.node = node
             if node.op == "placeholder":
-                self.space[node] = self.fixed
+                self.val[node] = _T(Spaces.FIXED, 1)
             elif node.op == "get_attr":
-                raise SpecDerivationError(
-                    f"{_describe(node)}: parameters used outside their module (functional "
-                    "use of weights) are not supported"
-                )
+                t = self.gm.get_parameter(node.target) if _is_param(self.gm, node.target) else None
+                key = str(node.target)
+                if t is None:
+                    self.val[node] = None  # a buffer or constant: not permuted
+                else:
+                    self.val[node] = _P(key, t.ndim)
             elif node.op == "output":
-                self._fix_output(node.args)
+                for a in _nodes(node.args):
+                    v = self.val.get(a)
+                    if isinstance(v, _T):
+                        self.sp.fix(v.space)
             else:
-                self.space[node] = getattr(self, node.op)(node)
-        return self._build()
+                try:
+                    self.val[node] = getattr(self, node.op)(node)
+                except NotExpressible as e:
+                    raise self.err(str(e)) from None
+        shapes = {k: tuple(t.shape) for k, t in self.model.state_dict().items()}
+        try:
+            return spec_from(self.sp, shapes, self.members, self.points)
+        except NotExpressible as e:
+            raise SpecDerivationError(f"{model_name}: {e}") from None
 
-    def _fix_output(self, arg: Any) -> None:
-        if isinstance(arg, fx.Node):
-            if self.space.get(arg) is not None:
-                self.uf.union(self.fixed, self.space[arg])  # type: ignore[arg-type]
-        elif isinstance(arg, (tuple, list)):
-            for a in arg:
-                self._fix_output(a)
-        elif isinstance(arg, dict):
-            for a in arg.values():
-                self._fix_output(a)
 
-    def _build(self) -> PermutationSpec:
-        root_name: dict[int, str] = {}
-        for s in sorted(self.names):  # creation order = graph order
-            root_name.setdefault(self.uf.find(s), self.names[s])
-        fixed = self.uf.find(self.fixed)
-        axes: dict[str, list[str | None]] = {}
-        state = self.model.state_dict()
-        for key, t in state.items():
-            axes[key] = [None] * t.ndim
-        for key, axis, s in self.members:
-            r = self.uf.find(s)
-            if r != fixed:
-                axes[key][axis] = root_name[r]
-        groups = {g for ax in axes.values() for g in ax if g is not None}
-        best: dict[str, list[tuple[int, str]]] = {}
-        seen_module: dict[str, str | None] = {}
-        for target, s, _prio in self.points:
-            r = self.uf.find(s)
-            g = root_name.get(r) if r != fixed else None
-            if target in seen_module and seen_module[target] != g:
-                seen_module[target] = None  # module reused on different spaces: not a point
-                continue
-            seen_module[target] = g
-        for target, _s, prio in self.points:
-            g = seen_module.get(target)
-            if g is not None and g in groups:
-                best.setdefault(g, []).append((prio, target))
-        acts = {}
-        for g, pts in best.items():
-            top = min(p for p, _ in pts)
-            names = [t for p, t in pts if p == top]
-            acts[g] = tuple(dict.fromkeys(names))
-        return PermutationSpec({k: tuple(a) for k, a in axes.items()}, acts)
+def _is_param(gm: fx.GraphModule, target: str) -> bool:
+    try:
+        gm.get_parameter(target)
+    except AttributeError:
+        return False
+    return True
 
 
 def derive_spec(model: nn.Module, example_input: Tensor | tuple[Tensor, ...]) -> PermutationSpec:
     """Derive the permutation spec of ``model`` from its ``torch.fx`` graph.
 
-    Supports graphs of Linear/Conv1d/Conv2d, BatchNorm, LayerNorm (over all non-batch axes),
-    GroupNorm(1, C), elementwise activations (modules or functions), dropout, pooling,
-    flatten/view of a 1x1 map, spatial means and residual ``+``. Activation points for
+    Supports Linear and Conv (grouped and depthwise too), BatchNorm, LayerNorm (channels-first
+    or channels-last), GroupNorm, elementwise activations (modules or functions), dropout,
+    stochastic depth, pooling, flatten of feature maps (block permutations),
+    ``torch.cat`` of feature maps (block-diagonal), permute/transpose/view that move the feature
+    axis, squeeze-and-excitation products, residual ``+``, parameters added or multiplied
+    elementwise (layer scale, class tokens) and shape-only nodes. Activation points for
     :func:`~lmc.permutation.activation_matching` are the activation modules on each group's
     channels (else its norm modules, else the Linear/Conv outputs); a residual stream lists all
     of them (002 App. D).
@@ -353,15 +518,19 @@ def derive_spec(model: nn.Module, example_input: Tensor | tuple[Tensor, ...]) ->
         example_input: a batch (or tuple of inputs) used to propagate shapes.
 
     Raises:
-        SpecDerivationError: naming the graph node whose operation cannot be handled, or when
-            the model cannot be traced by ``torch.fx``.
+        SpecDerivationError: naming the graph node and the model whose operation cannot be
+            handled, or when the model cannot be traced by ``torch.fx``.
     """
+    name = type(model).__name__
     try:
         gm = fx.symbolic_trace(model)
     except Exception as e:  # noqa: BLE001 - any tracing failure is reported the same way
         raise SpecDerivationError(
-            f"torch.fx could not trace {type(model).__name__} ({e}); derive_spec needs a forward "
-            "without data-dependent control flow, or write a PermutationSpec by hand"
+            f"torch.fx could not trace {name} ({type(e).__name__}: {e}); derive_spec needs a "
+            "forward without data-dependent control flow (no Python if/for on tensor values). "
+            "Write the spec by hand instead: PermutationSpec({key: (group or None per axis)}) "
+            "for every state-dict entry, and pass it as spec= (or spec: package.module:function "
+            "in YAML)"
         ) from e
     inputs = example_input if isinstance(example_input, tuple) else (example_input,)
     was_training = model.training
@@ -369,6 +538,15 @@ def derive_spec(model: nn.Module, example_input: Tensor | tuple[Tensor, ...]) ->
     try:
         with torch.no_grad():
             ShapeProp(gm).propagate(*inputs)
+    except Exception as e:  # noqa: BLE001 - the model's own error, prefixed with the call
+        raise SpecDerivationError(
+            f"derive_spec: running {name} on the example input of shape "
+            f"{[tuple(t.shape) for t in inputs if isinstance(t, Tensor)]} failed: "
+            f"{type(e).__name__}: {e}"
+        ) from e
     finally:
         model.train(was_training)
-    return _Deriver(gm, model).run()
+    try:
+        return _Deriver(gm, model).run(name)
+    except SpecDerivationError as e:
+        raise SpecDerivationError(f"{name}: {e}") from None

@@ -6,6 +6,11 @@ A :class:`PermutationSpec` records this: for every state-dict key, one entry per
 naming the permutation group acting on it (or ``None``). The inverse view, group -> list of
 ``(key, axis)`` pairs, is :attr:`PermutationSpec.groups`.
 
+A structured entry (a classifier reading a flattened feature map, a convolution reading a
+concatenation, a grouped convolution) is split into *pieces* (:class:`Piece`): blocks of the
+entry, each reshaped so that every axis carries one group or none; ``axes`` then names the
+pieces instead of the entry (see :attr:`PermutationSpec.pieces`).
+
 Permutations are ``dict[str, torch.Tensor]`` of int64 indices, one per group. Applying ``perm``
 takes new unit ``i`` of a group from old unit ``perm[group][i]``: in matrix form
 ``W' = P W`` with ``P[i, perm[i]] = 1`` on the output axis and ``W' = W P^T`` on the input axis.
@@ -13,6 +18,7 @@ takes new unit ``i`` of a group from old unit ``perm[group][i]``: in matrix form
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -30,6 +36,22 @@ class SpecError(ValueError):
 
 
 @dataclass(frozen=True)
+class Piece:
+    """A block of a state-dict entry permuted as its own tensor: ``entry[index].reshape(shape)``.
+
+    Args:
+        key: the piece's name in :attr:`PermutationSpec.axes` (e.g. ``"classifier.0.weight#0"``).
+        index: ``(start, stop)`` per axis of the entry.
+        shape: the block's shape for permuting, e.g. ``(4096, 512, 49)`` for a Linear reading a
+            flattened ``512 x 7 x 7`` map (a channel permutation moves blocks of 49 features).
+    """
+
+    key: str
+    index: tuple[tuple[int, int], ...]
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class PermutationSpec:
     """Named permutation groups over the axes of a state dict.
 
@@ -40,15 +62,28 @@ class PermutationSpec:
         activations: optional, for activation matching: group -> names of modules whose output
             features (axis 1) carry that group's permutation, e.g. the ReLU after a layer. A
             residual stream lists every point on the stream (002 App. D).
+        pieces: optional, state-dict key -> its :class:`Piece` s, for entries whose axes carry
+            block or block-diagonal permutations; ``axes`` holds the pieces' keys instead of
+            the entry's. Consumers that work per axis call :meth:`split` / :meth:`join` and use
+            :attr:`flat`.
     """
 
     axes: Mapping[str, Axes]
     activations: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    pieces: Mapping[str, tuple[Piece, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for key, ax in self.axes.items():
             if not isinstance(ax, tuple):
                 raise SpecError(f"spec axes of {key!r} must be a tuple, got {type(ax).__name__}")
+        for key, ps in self.pieces.items():
+            if key in self.axes:
+                raise SpecError(f"{key!r} has pieces and axes; give its pieces' axes only")
+            for p in ps:
+                if p.key not in self.axes or len(self.axes[p.key]) != len(p.shape):
+                    raise SpecError(
+                        f"piece {p.key!r} of {key!r} needs axes for its shape {p.shape}"
+                    )
         unknown = set(self.activations) - set(self.groups)
         if unknown:
             raise SpecError(f"activation points given for unknown groups {sorted(unknown)}")
@@ -82,6 +117,66 @@ class PermutationSpec:
         """The groups as a set of sets of ``(key, axis)``: specs equal up to group naming."""
         return frozenset(frozenset(m) for m in self.groups.values())
 
+    @cached_property
+    def flat(self) -> PermutationSpec:
+        """The spec over :meth:`split` state dicts: every piece a key of its own."""
+        return PermutationSpec(self.axes, self.activations) if self.pieces else self
+
+    def _piece_shapes(self, key: str, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+        numel = 0
+        for p in self.pieces[key]:
+            if len(p.index) != len(shape) or any(
+                not 0 <= a < b <= n for (a, b), n in zip(p.index, shape)
+            ):
+                raise SpecError(f"piece {p.key!r} index {p.index} does not fit {key!r} {shape}")
+            block = math.prod(b - a for a, b in p.index)
+            if block != math.prod(p.shape):
+                raise SpecError(f"piece {p.key!r} shape {p.shape} does not hold block {p.index}")
+            numel += block
+        if numel != math.prod(shape):
+            raise SpecError(f"the pieces of {key!r} do not cover its shape {shape}")
+        return {p.key: p.shape for p in self.pieces[key]}
+
+    def split(self, state: StateDict) -> dict[str, Tensor]:
+        """``state`` with every entry that has pieces replaced by its pieces (views if possible)."""
+        if not self.pieces:
+            return dict(state)
+        out: dict[str, Tensor] = {}
+        for key, t in state.items():
+            if key not in self.pieces:
+                out[key] = t
+                continue
+            for p in self.pieces[key]:
+                out[p.key] = t[tuple(slice(a, b) for a, b in p.index)].reshape(p.shape)
+        return out
+
+    def join(self, pieces: StateDict, like: StateDict) -> dict[str, Tensor]:
+        """The inverse of :meth:`split`: entries of ``like`` rebuilt from ``pieces``."""
+        if not self.pieces:
+            return dict(pieces)
+        out: dict[str, Tensor] = {}
+        for key, t in like.items():
+            if key not in self.pieces:
+                out[key] = pieces[key]
+                continue
+            ps = self.pieces[key]
+            if len(ps) == 1:
+                out[key] = pieces[ps[0].key].reshape(t.shape)
+                continue
+            new = pieces[ps[0].key].new_empty(t.shape)
+            for p in ps:
+                idx = tuple(slice(a, b) for a, b in p.index)
+                new[idx] = pieces[p.key].reshape(tuple(b - a for a, b in p.index))
+            out[key] = new
+        return out
+
+    def split_keys(self, keys: Iterable[str]) -> list[str]:
+        """State-dict keys -> the keys of :meth:`split` (a key with pieces -> its pieces)."""
+        out: list[str] = []
+        for k in keys:
+            out.extend(p.key for p in self.pieces[k]) if k in self.pieces else out.append(k)
+        return out
+
     def sizes(self, state: StateDict) -> dict[str, int]:
         """Check ``state`` against the spec and return each group's size.
 
@@ -90,6 +185,29 @@ class PermutationSpec:
                 differs from its number of spec axes, or two members of a group disagree on
                 the group's size.
         """
+        if self.pieces:
+            missing = [k for k in state if k not in self.axes and k not in self.pieces]
+            if missing:
+                raise SpecError(
+                    f"state dict entries {missing[:5]} are not in the permutation spec; every "
+                    "parameter and buffer needs an entry (use None for axes that are not permuted)"
+                )
+            absent = [k for k in self.pieces if k not in state]
+            if absent:
+                raise SpecError(
+                    f"permutation spec names keys {absent[:5]} that the state dict does not "
+                    "have; was the spec built for a different architecture or options?"
+                )
+            shapes: dict[str, tuple[int, ...]] = {}
+            for k, t in state.items():
+                if k in self.pieces:
+                    shapes.update(self._piece_shapes(k, tuple(t.shape)))
+                else:
+                    shapes[k] = tuple(t.shape)
+            return self.flat._sizes(shapes)
+        return self._sizes({k: tuple(t.shape) for k, t in state.items()})
+
+    def _sizes(self, state: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
         missing = [k for k in state if k not in self.axes]
         if missing:
             raise SpecError(
@@ -105,7 +223,7 @@ class PermutationSpec:
         sizes: dict[str, int] = {}
         first: dict[str, tuple[str, int]] = {}
         for key, ax in self.axes.items():
-            shape = tuple(state[key].shape)
+            shape = state[key]
             if len(shape) != len(ax):
                 raise SpecError(f"{key!r} has shape {shape} but the spec gives {len(ax)} axes {ax}")
             for axis, group in enumerate(ax):
@@ -125,10 +243,12 @@ class PermutationSpec:
     def restrict(self, keys: Iterable[str]) -> PermutationSpec:
         """The spec limited to ``keys`` (activation points of vanished groups are dropped)."""
         keys = set(keys)
+        pieces = {k: p for k, p in self.pieces.items() if k in keys}
+        keys |= {p.key for ps in pieces.values() for p in ps}
         axes = {k: a for k, a in self.axes.items() if k in keys}
         groups = {g for a in axes.values() for g in a if g is not None}
         acts = {g: p for g, p in self.activations.items() if g in groups}
-        return PermutationSpec(axes, acts)
+        return PermutationSpec(axes, acts, pieces)
 
 
 def identity_permutation(

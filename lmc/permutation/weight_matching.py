@@ -14,8 +14,10 @@ which no group improved. ``method="accelerated"`` is Alg. 3 plus bookkeeping tha
 the result:
 
 * dual variables ``(u_g, v_g)`` are kept per group across sweeps *and across calls* (pass
-  ``init=result.state``; STE/STE-MM warm-start every step this way) and each LAP is solved on
-  the reduced costs ``K - u - v`` with a dual-returning solver (``lapjv``);
+  ``init=result.state``; STE/STE-MM warm-start every step this way) and each LAP is
+  warm-started from them and the group's current permutation with a dual-returning solver
+  (``"sap"``: feasibility restored, tight pairs kept, augmenting paths only from the freed rows;
+  a solver without a warm start gets the reduced costs ``K - u - v``);
 * a group is re-solved only if the permutation of a neighbouring group changed since its last
   solve (otherwise its cost matrix, hence its optimum, is unchanged), which also detects
   convergence without a final confirmation sweep;
@@ -44,7 +46,7 @@ from torch import Tensor, nn
 
 from lmc.permutation._costs import Member, Problem, SourceCache
 from lmc.permutation.apply import apply_permutation
-from lmc.permutation.lap import LapSolver, TimedSolver
+from lmc.permutation.lap import LapInputError, LapSolution, LapSolver, TimedSolver
 from lmc.permutation.spec import (
     Permutation,
     PermutationSpec,
@@ -159,8 +161,8 @@ def weight_matching(
         spec: permutation spec; derived from a built-in module if omitted.
         method: ``"plain"`` (004 Alg. 2) or ``"accelerated"`` (Alg. 3 with dual warm start
             and incremental bookkeeping; see module docstring).
-        solver: LAP solver name or callable; default ``"scipy"`` for plain and ``"lapjv"``
-            (which returns duals) for accelerated.
+        solver: LAP solver name or callable; default ``"scipy"`` for plain and ``"sap"``
+            (which returns duals and takes a warm start) for accelerated.
         init: starting permutation, or the ``state`` of a previous result (permutation and
             duals) to warm-start; identity if omitted.
         max_sweeps: upper bound on the number of sweeps.
@@ -179,7 +181,8 @@ def weight_matching(
 
     Raises:
         SpecError: architectures differ, the spec does not fit, ``init`` is not a valid
-            permutation, or a weight is NaN/inf (the message names the key).
+            permutation or carries duals of the wrong length, a weight is NaN/inf (the message
+            names the key), or a cost matrix is (the message names the group and layer).
         ValueError: accelerated matching with a solver that returns no duals.
     """
     t_start = time.perf_counter()
@@ -199,10 +202,10 @@ def weight_matching(
     check_finite({k: a[k] for k in keys}, "target")
     check_finite({k: b[k] for k in keys}, "source")
     accelerated = method == "accelerated"
-    lap = TimedSolver(solver if solver is not None else ("lapjv" if accelerated else "scipy"))
+    lap = TimedSolver(solver if solver is not None else ("sap" if accelerated else "scipy"))
     if accelerated and not lap.returns_duals:
         raise ValueError(
-            f"accelerated weight matching needs a LAP solver that returns duals (e.g. 'lapjv'), "
+            f"accelerated weight matching needs a LAP solver that returns duals (e.g. 'sap'), "
             f"got {solver!r}"
         )
     device = a[keys[0]].device if keys else torch.device("cpu")
@@ -211,8 +214,20 @@ def weight_matching(
     duals: Duals = {}
     if isinstance(init, MatchingState) and accelerated:
         for g, (u, v) in init.duals.items():
-            if g in sizes and u.shape == (sizes[g],) and v.shape == (sizes[g],):
-                duals[g] = (u.copy(), v.copy())
+            if g not in sizes:
+                continue
+            u, v = np.asarray(u), np.asarray(v)
+            if (
+                u.shape != (sizes[g],)
+                or v.shape != (sizes[g],)
+                or u.dtype.kind + v.dtype.kind != "ff"
+            ):
+                raise SpecError(
+                    f"init.duals[{g!r}] must be two float arrays of length {sizes[g]} (the size "
+                    f"of permutation group {g!r}), got {u.dtype}{u.shape} and {v.dtype}{v.shape}; "
+                    "pass the state of a matching of the same architecture, or drop the duals"
+                )
+            duals[g] = (u.astype(np.float64), v.astype(np.float64))
     if init_perm is not None:
         check_permutation(init_perm, sizes)
         perm = {g: init_perm[g].to(device, torch.long) for g in sizes}
@@ -266,20 +281,18 @@ def weight_matching(
             c = c_t.to(torch.float64).cpu().numpy()
             cost_seconds += time.perf_counter() - t0
             k = np.negative(c)
+            warm = None
             if accelerated and g in duals:
-                u, v = duals[g]
-                k -= u[:, None]
-                k -= v[None, :]
-            sol = lap(k)
+                warm = LapSolution(perm[g].cpu().numpy(), *duals[g])
+            try:
+                sol = lap(k, warm)
+            except LapInputError as e:
+                raise SpecError(_cost_error(g, problem, prods, e)) from e
             if accelerated:
                 if sol.u is None or sol.v is None:
                     duals.pop(g, None)
-                elif g in duals:
-                    u, v = duals[g]
-                    u += sol.u
-                    v += sol.v
                 else:
-                    duals[g] = (sol.u.copy(), sol.v.copy())
+                    duals[g] = (sol.u, sol.v)
             rows = np.arange(c.shape[0])
             cur = perm[g].cpu().numpy()
             old, new = float(c[rows, cur].sum()), float(c[rows, sol.perm].sum())
@@ -309,6 +322,25 @@ def weight_matching(
         solve_seconds=lap.seconds,
         cost_seconds=cost_seconds,
         state=MatchingState(dict(out), duals, cache if cache_source else None),
+    )
+
+
+def _cost_error(
+    g: str, problem: Problem, prods: list[tuple[Member, Tensor]], err: LapInputError
+) -> str:
+    """What to say when group ``g``'s LAP rejects its cost matrix: the group and its layers."""
+    bad = [m.key for m, p in prods if not bool(torch.isfinite(p).all())]
+    for key, axis in problem.spec.groups[g]:
+        if key in problem.static_keys:  # summed into the permutation-independent part
+            a = problem.a[key].movedim(axis, 0).reshape(problem.a[key].shape[axis], -1)
+            b = problem.b[key].movedim(axis, 0).reshape(problem.b[key].shape[axis], -1)
+            if not bool(torch.isfinite(a @ b.T).all()):
+                bad.append(key)
+    layers = bad or [key for key, _ in problem.spec.groups[g]]
+    return (
+        f"the weight-matching cost matrix of permutation group {g!r} is not usable: {err}; "
+        f"layers {layers} of that group produce it. Finite weights can still overflow float32 "
+        "in the products: rescale or fix those weights"
     )
 
 

@@ -3,20 +3,25 @@
 from lmc.tasks.classification import ClassificationTask, RegressionTask, TrainTask
 from lmc.tasks.curves import CurveTask
 from lmc.tasks.ensemble import TrainAndInterpolateTask
+from lmc.tasks.fusion import FedMATask, OTFusionTask
 from lmc.tasks.interpolation import InterpolationTask
 from lmc.tasks.merge import MergeTask
 from lmc.tasks.pam import PAMTask
 from lmc.tasks.robust import AdversarialClassificationTask
+from lmc.tasks.sinkhorn import SinkhornTask
 from lmc.tasks.ste import STEMMTask, STETask
 
 __all__ = [
     "AdversarialClassificationTask",
     "ClassificationTask",
     "CurveTask",
+    "FedMATask",
     "InterpolationTask",
     "MergeTask",
+    "OTFusionTask",
     "PAMTask",
     "RegressionTask",
+    "SinkhornTask",
     "STEMMTask",
     "STETask",
     "TrainAndInterpolateTask",

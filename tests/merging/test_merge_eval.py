@@ -66,7 +66,7 @@ def test_merge_many_perms_and_wm_to_reference_agree_on_copies():
     naive = baseline_sweep(models, spec, "naive", [3])[3]
     assert all(_equal(a, m) for a, m in zip(align_states(models, spec, naive), models))
     with pytest.raises(ValueError, match="unknown baseline"):
-        baseline_sweep(models, spec, "ccmm", [3])  # type: ignore[arg-type]
+        baseline_sweep(models, spec, "no_such_method", [3])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="reference=5"):
         wm_to_reference(models, spec, reference=5)
 

@@ -22,7 +22,7 @@ from lmc.permutation import (
     spec_for,
     weight_matching,
 )
-from lmc.permutation.lap import lapjv64_solver, lapjv_solver, scipy_solver
+from lmc.permutation.lap import sap_solver
 
 from .helpers import PARAMS, build
 
@@ -190,15 +190,13 @@ def test_kept_gather_is_patched_where_a_permutation_moved():
     assert torch.allclose(m.product(r, cached=True), m.product(r))
 
 
-@pytest.mark.parametrize(("solver", "tol"), [(lapjv64_solver, 1e-9), (lapjv_solver, 1e-4)])
-def test_lapjv_duals_are_optimal(solver, tol):
-    rng = np.random.default_rng(0)
-    cost = rng.normal(size=(40, 40)) * 5
-    sol = solver(cost)
-    reduced = cost - sol.u[:, None] - sol.v[None, :]
-    assert reduced.min() > -tol and np.abs(reduced[np.arange(40), sol.perm]).max() < tol
-    best = cost[np.arange(40), scipy_solver(cost).perm].sum()
-    assert cost[np.arange(40), sol.perm].sum() == pytest.approx(best, abs=1e-9)
+@pytest.mark.parametrize("name", ["sap", "lapjv", "lapjv64"])
+def test_default_and_legacy_solver_names_give_the_same_result(name):
+    torch.manual_seed(0)
+    a, b = MLP(20, 4, width=16, depth=2), MLP(20, 4, width=16, depth=2)
+    ref = weight_matching(a, b, method="accelerated")
+    res = weight_matching(a, b, method="accelerated", solver=name)
+    assert res.objective == pytest.approx(ref.objective, rel=1e-9)
 
 
 def test_solver_is_pluggable_and_timed():
@@ -208,7 +206,7 @@ def test_solver_is_pluggable_and_timed():
 
     def my_solver(cost: np.ndarray) -> LapSolution:
         calls.append(cost.shape)
-        return lapjv_solver(cost)
+        return sap_solver(cost)
 
     res = weight_matching(a, b, method="accelerated", solver=my_solver)
     ref = weight_matching(a, b, method="plain", solver="scipy")
@@ -218,6 +216,47 @@ def test_solver_is_pluggable_and_timed():
         weight_matching(a, b, method="accelerated", solver="scipy")
     with pytest.raises(ValueError, match="unknown LAP solver"):
         weight_matching(a, b, solver="nope")
+
+
+def test_warm_solver_gets_the_permutation_and_duals_of_the_last_solve():
+    torch.manual_seed(0)
+    a, b = MLP(20, 4, width=10, depth=2), MLP(20, 4, width=10, depth=2)
+    warms = []
+
+    def my_solver(cost: np.ndarray, warm: LapSolution | None = None) -> LapSolution:
+        warms.append(warm)
+        return sap_solver(cost, warm=warm)
+
+    first = weight_matching(a, b, method="accelerated", solver=my_solver)
+    assert warms[0] is None
+    warms.clear()
+    again = weight_matching(a, b, method="accelerated", solver=my_solver, init=first.state)
+    assert all(w is not None and w.v is not None for w in warms)
+    assert permutation_equal(again.perm, first.perm)
+
+
+def test_nonfinite_cost_matrix_names_group_and_layer():
+    """Finite float32 weights whose products overflow: the error names the group and layer."""
+    a, b = MLP(20, 4, width=10, depth=2), MLP(20, 4, width=10, depth=2)
+    sa = {k: v.clone() for k, v in a.state_dict().items()}
+    sa["layers.0.weight"].fill_(3e38)
+    for method in ("plain", "accelerated"):
+        with pytest.raises(SpecError, match=r"group 'layers\.0.*layers\.0\.weight"):
+            weight_matching(sa, b.state_dict(), spec_for(a), method=method)
+
+
+def test_init_duals_of_the_wrong_length_or_dtype_are_rejected():
+    torch.manual_seed(0)
+    a, b = MLP(20, 4, width=10, depth=2), MLP(20, 4, width=10, depth=2)
+    state = weight_matching(a, b, method="accelerated").state
+    g = next(iter(state.duals))
+    u, v = state.duals[g]
+    short = MatchingState(state.perm, {**state.duals, g: (u[:-1], v)})
+    with pytest.raises(SpecError, match=f"init.duals\\['{g}'\\].*length 10"):
+        weight_matching(a, b, method="accelerated", init=short)
+    ints = MatchingState(state.perm, {**state.duals, g: (u.astype(np.int64), v)})
+    with pytest.raises(SpecError, match="float arrays"):
+        weight_matching(a, b, method="accelerated", init=ints)
 
 
 def test_max_sweeps_and_keys():

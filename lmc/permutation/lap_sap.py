@@ -1,0 +1,304 @@
+"""Shortest-augmenting-path LAP with a true warm start, compiled with numba (issue 18).
+
+The kernel solves ``min_P <C, P>`` over permutation matrices of a square float64 matrix ``C``
+and returns the assignment ``x`` (row ``i`` -> column ``x[i]``) with optimal duals ``u`` (rows)
+and ``v`` (columns): ``C[i, j] - u[i] - v[j] >= 0`` everywhere, ``= 0`` on the assignment.
+
+Warm start (004 §4.2, Alg. 3 asks for duals carried from one solve to the next): given a
+previous assignment ``x0`` and column duals ``v0`` (any finite values: exact, stale or garbage)
+
+1. dual feasibility is restored by ``u[i] = min_j C[i, j] - v0[j]`` (one pass over ``C``);
+2. every previous pair ``(i, x0[i])`` that is still tight (a row minimum, up to rounding) is
+   kept, the other rows are freed, and a freed row whose minimum lies in a column nobody kept
+   takes it (it is tight too);
+3. only from the rows still free, shortest augmenting paths (Dijkstra on reduced costs, the
+   scheme of scipy's ``linear_sum_assignment``, Crouse 2016) complete the assignment and move
+   the duals, keeping feasibility and complementary slackness.
+
+A cold solve is the same with ``v0`` = the column minima and no previous pair (Jonker and
+Volgenant's column reduction followed by the row-minimum greedy start). Correctness never
+depends on the quality of ``x0``/``v0``; only the number of freed rows (hence the time) does.
+
+numba compiles the kernel once per process on first use and caches the machine code on disk
+(``cache=True``): in ``lmc/permutation/__pycache__`` when the package is writable, else in
+numba's per-user cache, else in ``$NUMBA_CACHE_DIR``, which :func:`_configure_cache` points at
+a writable folder (``$XDG_CACHE_HOME/lmc/numba`` or the temp dir) when neither is writable.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+#: rows of a kept pair may miss the row minimum by this much (relative), i.e. float rounding
+TIGHT_RTOL = 1e-13
+
+
+def _writable(path: Path) -> bool:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError:
+        return False
+    return True
+
+
+def _configure_cache() -> bool:
+    """Make sure numba has a writable cache folder; returns whether caching is possible.
+
+    numba looks in ``$NUMBA_CACHE_DIR``, then ``__pycache__`` beside this file, then its
+    per-user cache folder; if it finds none it refuses to compile a ``cache=True`` function.
+    When the package sits in a read-only location (a system site-packages, a container image)
+    and the home folder is read-only too, point ``NUMBA_CACHE_DIR`` at a writable folder.
+    """
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return _writable(Path(os.environ["NUMBA_CACHE_DIR"]))
+    if _writable(Path(__file__).resolve().parent / "__pycache__"):
+        return True
+    home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    for cand in (Path(home) / "lmc" / "numba", Path(tempfile.gettempdir()) / "lmc-numba-cache"):
+        if _writable(cand):
+            os.environ["NUMBA_CACHE_DIR"] = str(cand)
+            if "numba" in sys.modules:  # already imported: its config was read at import
+                sys.modules["numba"].config.CACHE_DIR = str(cand)
+            return True
+    warnings.warn(
+        "no writable folder for numba's cache (package dir, ~/.cache, temp dir): the LAP kernel "
+        "is compiled anew in every process; set NUMBA_CACHE_DIR to a writable folder",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return False
+
+
+_CACHE = _configure_cache()
+
+from numba import njit  # noqa: E402  (after the cache folder is settled)
+
+# status codes returned by the kernel
+OK, NONFINITE, STUCK = 0, 1, 2
+
+
+@njit(cache=_CACHE, nogil=True)
+def _augmenting_row_reduction(c, x, y, v, free, nfree):  # pragma: no cover - compiled
+    """Two passes of Jonker and Volgenant's augmenting row reduction over the free rows.
+
+    Keeps the invariant that every assigned row's column is a minimum of ``c[i] - v``; returns
+    the number of rows still free (listed first in ``free``).
+    """
+    n = c.shape[0]
+    for _ in range(2):
+        k = 0
+        prev = nfree
+        nfree = 0
+        steps = 0
+        while k < prev:
+            i = free[k]
+            k += 1
+            steps += 1
+            umin = c[i, 0] - v[0]
+            j1 = 0
+            j2 = -1
+            usub = np.inf
+            for j in range(1, n):
+                h = c[i, j] - v[j]
+                if h < usub:
+                    if h >= umin:
+                        usub = h
+                        j2 = j
+                    else:
+                        usub = umin
+                        umin = h
+                        j2 = j1
+                        j1 = j
+            i0 = y[j1]
+            lowered = umin < usub
+            if lowered:
+                if steps > 8 * n:  # a guard against cycling on float rounding
+                    free[nfree] = i
+                    nfree += 1
+                    continue
+                v[j1] -= usub - umin
+            elif i0 >= 0:
+                j1 = j2
+                i0 = y[j2]
+            x[i] = j1
+            y[j1] = i
+            if i0 >= 0:
+                x[i0] = -1
+                if lowered:
+                    k -= 1
+                    free[k] = i0
+                else:
+                    free[nfree] = i0
+                    nfree += 1
+    return nfree
+
+
+@njit(cache=_CACHE, nogil=True)
+def _sap_kernel(c, x, v, cold):  # pragma: no cover - compiled; tested through solve_sap
+    """Solve in place: ``x`` (row -> column, -1 = none) and ``v`` are the warm start (``v`` is
+    overwritten by the column minima when ``cold``). Returns ``(u, status, bad_row, freed)``."""
+    n = c.shape[0]
+    u = np.empty(n)
+    y = np.full(n, -1, dtype=np.int64)  # column -> row
+    jmin = np.empty(n, dtype=np.int64)
+    if cold:
+        for j in range(n):
+            v[j] = np.inf
+            x[j] = -1
+        for i in range(n):
+            for j in range(n):
+                if c[i, j] < v[j]:
+                    v[j] = c[i, j]
+    # 1. feasibility: u[i] = min_j c[i, j] - v[j]; 2. keep the tight previous pairs
+    for i in range(n):
+        m = np.inf
+        jm = -1
+        bad = 0.0
+        for j in range(n):
+            a = c[i, j] - v[j]
+            bad += a - a  # NaN as soon as one entry is NaN or +-inf
+            if a < m:
+                m = a
+                jm = j
+        if bad != 0.0 or jm < 0:
+            return u, NONFINITE, i, 0, 0
+        u[i] = m
+        jmin[i] = jm
+        j = x[i]
+        if j >= 0:
+            a = c[i, j] - v[j]
+            tol = TIGHT_RTOL * (abs(c[i, j]) + abs(v[j]) + abs(m))
+            if a - m <= tol and y[j] < 0:
+                y[j] = i
+            elif y[j] >= 0:
+                x[i] = -1
+    # a broken pair (i, j) is kept by raising v[j] to make it tight, if column j allows it
+    for i in range(n):
+        j = x[i]
+        if j < 0 or y[j] == i:
+            continue
+        x[i] = -1
+        if y[j] >= 0:
+            continue
+        delta = c[i, j] - v[j] - u[i]
+        room = np.inf
+        for k in range(n):
+            if k != i:
+                r = c[k, j] - v[j] - u[k]
+                if r < room:
+                    room = r
+        if room >= delta:
+            v[j] += delta
+            x[i] = j
+            y[j] = i
+    # a freed row takes its minimum's column when nobody kept it (also tight)
+    free = np.empty(n, dtype=np.int64)
+    nfree = 0
+    for i in range(n):
+        if x[i] < 0:
+            j = jmin[i]
+            if y[j] < 0:
+                x[i] = j
+                y[j] = i
+            else:
+                free[nfree] = i
+                nfree += 1
+    if nfree and n > 1:  # Jonker-Volgenant augmenting row reduction, two passes
+        nfree = _augmenting_row_reduction(c, x, y, v, free, nfree)
+        for i in range(n):  # duals of rows: tight on the assignment, row minimum if free
+            if x[i] >= 0:
+                u[i] = c[i, x[i]] - v[x[i]]
+            else:
+                m = np.inf
+                for j in range(n):
+                    a = c[i, j] - v[j]
+                    if a < m:
+                        m = a
+                u[i] = m
+    # 3. shortest augmenting paths from the free rows only
+    spc = np.empty(n)
+    path = np.empty(n, dtype=np.int64)
+    remaining = np.empty(n, dtype=np.int64)
+    srows = np.empty(n, dtype=np.int64)
+    scols = np.empty(n, dtype=np.int64)
+    scanned = 0
+    for f in range(nfree):
+        row = free[f]
+        for j in range(n):
+            spc[j] = np.inf
+            remaining[j] = j
+        nrem = n
+        i = row
+        min_val = 0.0
+        sink = -1
+        nsr = 0
+        nsc = 0
+        while sink < 0:
+            srows[nsr] = i
+            nsr += 1
+            h = min_val - u[i]
+            lowest = np.inf
+            index = -1
+            for it in range(nrem):
+                j = remaining[it]
+                r = h + c[i, j] - v[j]
+                if r < spc[j]:
+                    path[j] = i
+                    spc[j] = r
+                s = spc[j]
+                if s < lowest or (s == lowest and y[j] < 0):
+                    lowest = s
+                    index = it
+            if index < 0:
+                return u, STUCK, row, f, scanned
+            min_val = lowest
+            j = remaining[index]
+            scols[nsc] = j
+            nsc += 1
+            if y[j] < 0:
+                sink = j
+            else:
+                i = y[j]
+            nrem -= 1
+            remaining[index] = remaining[nrem]
+        scanned += nsr
+        u[row] += min_val
+        for k in range(1, nsr):
+            i = srows[k]
+            u[i] += min_val - spc[x[i]]
+        for k in range(nsc):
+            j = scols[k]
+            v[j] -= min_val - spc[j]
+        j = sink
+        while True:
+            i = path[j]
+            y[j] = i
+            nxt = x[i]
+            x[i] = j
+            j = nxt
+            if i == row:
+                break
+    return u, OK, -1, nfree, scanned
+
+
+def sap_square(
+    cost: np.ndarray, x0: np.ndarray | None = None, v0: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int]:
+    """Run the kernel on a square C-contiguous float64 ``cost``; no argument checks.
+
+    Returns ``(x, u, v, status, bad_row, freed)`` where ``freed`` is the number of rows that
+    needed an augmenting path.
+    """
+    n = cost.shape[0]
+    cold = v0 is None
+    x = np.full(n, -1, dtype=np.int64) if x0 is None else np.array(x0, dtype=np.int64)
+    v = np.zeros(n) if v0 is None else np.array(v0, dtype=np.float64)
+    u, status, bad, freed, scanned = _sap_kernel(cost, x, v, cold)
+    return x, u, v, int(status), int(bad), int(freed), int(scanned)

@@ -1,0 +1,235 @@
+"""The warm-started shortest-augmenting-path LAP (issue 18): exact against scipy on random,
+tied, all-equal, rectangular and huge-range costs, cold and warm-started from exact, stale and
+garbage duals; repairs only the freed rows; clear errors on bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy.optimize import linear_sum_assignment
+
+from lmc.permutation.lap import (
+    LapInputError,
+    LapSolution,
+    TimedSolver,
+    available_solvers,
+    get_solver,
+    sap_solver,
+    solve_max,
+)
+
+PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _optimum(cost: np.ndarray) -> float:
+    r, c = linear_sum_assignment(cost)
+    return float(cost[r, c].sum())
+
+
+def _check(cost: np.ndarray, sol: LapSolution) -> None:
+    """Optimal objective (scipy's, up to rounding), a valid assignment and optimal duals."""
+    nr, nc = cost.shape
+    rows = np.flatnonzero(sol.perm >= 0)
+    assert len(rows) == min(nr, nc)
+    cols = sol.perm[rows]
+    assert len(np.unique(cols)) == len(cols) and cols.max(initial=-1) < nc
+    scale = 1e-9 * (1.0 + np.abs(cost).sum())
+    assert float(cost[rows, cols].sum()) == pytest.approx(_optimum(cost), abs=scale)
+    if nr == nc:
+        red = cost - sol.u[:, None] - sol.v[None, :]
+        tol = 1e-9 * (1.0 + np.abs(cost).max() + np.abs(sol.u).max() + np.abs(sol.v).max())
+        assert red.min() >= -tol
+        assert np.abs(red[rows, cols]).max() <= tol
+
+
+def _matrix(kind: str, n: int, m: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if kind == "normal":
+        return rng.normal(size=(n, m))
+    if kind == "ties":
+        return rng.integers(0, 3, size=(n, m)).astype(np.float64)
+    if kind == "equal":
+        return np.full((n, m), 7.0)
+    if kind == "huge":  # entries spanning 1e-6 .. 1e12 with both signs
+        return rng.choice([-1.0, 1.0], (n, m)) * 10.0 ** rng.uniform(-6, 12, (n, m))
+    raise ValueError(kind)
+
+
+KINDS = ["normal", "ties", "equal", "huge"]
+
+
+@PROPS
+@given(
+    kind=st.sampled_from(KINDS),
+    n=st.integers(1, 24),
+    extra=st.integers(0, 6),
+    transpose=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
+def test_cold_is_exact(kind, n, extra, transpose, seed):
+    cost = _matrix(kind, n, n + extra, seed)
+    cost = cost.T.copy() if transpose else cost
+    _check(cost, sap_solver(cost))
+
+
+@PROPS
+@given(
+    kind=st.sampled_from(KINDS),
+    start=st.sampled_from(["exact", "stale", "garbage"]),
+    n=st.integers(1, 24),
+    seed=st.integers(0, 2**31),
+)
+def test_warm_is_exact(kind, start, n, seed):
+    rng = np.random.default_rng(seed + 1)
+    cost = _matrix(kind, n, n, seed)
+    if start == "exact":
+        warm = sap_solver(cost)
+    elif start == "stale":  # the solution of a neighbouring matrix
+        scale = np.abs(cost).mean() + 1.0
+        warm = sap_solver(cost + 0.1 * scale * rng.normal(size=cost.shape))
+    else:
+        warm = LapSolution(rng.permutation(n), rng.normal(size=n) * 1e3, rng.normal(size=n) * 1e3)
+    _check(cost, sap_solver(cost, warm=warm))
+
+
+def test_rectangular_warm_start_is_exact():
+    rng = np.random.default_rng(0)
+    for shape in ((5, 9), (9, 5)):
+        cost = rng.normal(size=shape)
+        first = sap_solver(cost)
+        _check(cost, first)
+        moved = cost + 0.05 * rng.normal(size=shape)
+        _check(moved, sap_solver(moved, warm=first))
+
+
+def test_warm_repair_only_runs_paths_from_freed_rows():
+    rng = np.random.default_rng(0)
+    n = 200
+    cost = rng.normal(size=(n, n))
+    cold = sap_solver(cost)
+    assert cold.freed is not None and cold.freed < n // 4  # the cold start assigns most rows
+    same = sap_solver(cost, warm=cold)
+    assert same.freed == 0 and np.array_equal(same.perm, cold.perm)
+    # one row moves: at most that row and the rows whose pairs it broke need a path
+    moved = cost.copy()
+    moved[3] += rng.normal(size=n)
+    warm = sap_solver(moved, warm=cold)
+    _check(moved, warm)
+    assert warm.freed <= 2
+    noisy = moved + 1e-3 * rng.normal(size=(n, n))
+    stale = sap_solver(noisy, warm=cold)
+    _check(noisy, stale)
+    assert stale.freed < n // 4
+
+
+def test_warm_start_does_not_modify_its_inputs():
+    rng = np.random.default_rng(1)
+    cost = rng.normal(size=(30, 30))
+    warm = sap_solver(cost)
+    kept = (warm.perm.copy(), warm.u.copy(), warm.v.copy(), cost.copy())
+    sap_solver(cost + rng.normal(size=cost.shape), warm=warm)
+    for a, b in zip(kept, (warm.perm, warm.u, warm.v, cost)):
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nonfinite_costs_are_rejected(bad):
+    cost = np.zeros((4, 4))
+    cost[2, 1] = bad
+    with pytest.raises(LapInputError, match="row 2, column 1"):
+        sap_solver(cost)
+    with pytest.raises(LapInputError, match="NaN/inf"):
+        TimedSolver("scipy")(cost)
+
+
+def test_bad_warm_starts_are_rejected():
+    cost = np.random.default_rng(0).normal(size=(5, 5))
+    good = sap_solver(cost)
+    cases = [
+        (LapSolution(good.perm[:4], good.u, good.v), "perm .* length 5"),
+        (LapSolution(good.perm.astype(float), good.u, good.v), "integer array"),
+        (LapSolution(good.perm, good.u, good.v[:3]), "v must be a float array of length 5"),
+        (LapSolution(good.perm, good.u, good.v.astype(np.int64)), "v must be a float array"),
+        (LapSolution(good.perm, good.u[:2], good.v), "u must be a float array of length 5"),
+        (LapSolution(good.perm, good.u, None), "without column duals"),
+        (LapSolution(np.zeros(5, np.int64), good.u, good.v), "distinct columns"),
+        (LapSolution(good.perm, good.u, np.full(5, np.nan)), "NaN/inf"),
+    ]
+    for warm, msg in cases:
+        with pytest.raises(LapInputError, match=msg):
+            sap_solver(cost, warm=warm)
+    with pytest.raises(LapInputError, match="square"):
+        TimedSolver("sap")(np.zeros((3, 4)))
+
+
+def test_timed_solver_warm_starts_a_solver_without_warm_keyword():
+    """A dual-returning solver without ``warm`` is given reduced costs; duals shifted back."""
+    rng = np.random.default_rng(2)
+    cost = rng.normal(size=(20, 20))
+    warm = sap_solver(cost)
+
+    def cold_only(c: np.ndarray) -> LapSolution:
+        return sap_solver(c)
+
+    lap = TimedSolver(cold_only)
+    assert not lap.warm_start and TimedSolver("sap").warm_start
+    _check(cost, lap(cost, warm))
+    assert lap.calls == 1
+
+
+def test_registry_names_and_legacy_aliases():
+    assert {"scipy", "sap", "lapjv", "lapjv64"} <= set(available_solvers())
+    assert get_solver("lapjv") == get_solver("sap") == get_solver("lapjv64")
+    with pytest.raises(ValueError, match="unknown LAP solver 'nope'.*sap"):
+        get_solver("nope")
+    sim = np.random.default_rng(3).normal(size=(12, 12))
+    best = sim[np.arange(12), solve_max(sim, "scipy")].sum()
+    assert sim[np.arange(12), solve_max(sim, "sap")].sum() == pytest.approx(best)
+
+
+def test_empty_and_single():
+    assert sap_solver(np.zeros((0, 0))).perm.shape == (0,)
+    sol = sap_solver(np.array([[3.0]]))
+    assert sol.perm.tolist() == [0] and sol.u[0] + sol.v[0] == pytest.approx(3.0)
+
+
+def test_kernel_cache_falls_back_when_the_package_dir_is_read_only(tmp_path, monkeypatch):
+    """No writable __pycache__ beside the module and no writable home cache (a read-only
+    install; permission bits cannot be tested as root): NUMBA_CACHE_DIR points at the temp dir."""
+    import numba
+
+    import lmc.permutation.lap_sap as mod
+
+    readonly = (Path(mod.__file__).resolve().parent, tmp_path / "home")
+
+    def writable(path: Path) -> bool:
+        return not any(path.is_relative_to(r) for r in readonly)
+
+    monkeypatch.setattr(mod, "_writable", writable)
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(mod.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    monkeypatch.setattr(numba.config, "CACHE_DIR", numba.config.CACHE_DIR)
+    assert mod._configure_cache()
+    expected = str(tmp_path / "tmp" / "lmc-numba-cache")
+    assert os.environ["NUMBA_CACHE_DIR"] == expected == numba.config.CACHE_DIR
+    monkeypatch.setattr(mod, "_writable", lambda path: False)
+    monkeypatch.delenv("NUMBA_CACHE_DIR")
+    with pytest.warns(RuntimeWarning, match="NUMBA_CACHE_DIR"):
+        assert not mod._configure_cache()
+
+
+def test_cache_dir_from_environment_is_used(tmp_path):
+    """A fresh process with NUMBA_CACHE_DIR compiles once and writes the cache there."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    code = "import numpy as np; from lmc.permutation.lap import sap_solver; sap_solver(np.eye(3))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert list(tmp_path.rglob("*.nbi")), "no numba cache index written"
