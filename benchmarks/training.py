@@ -13,9 +13,14 @@ warm-up, and the two alternate so that machine load hits both alike.
 * ``resnet20``: ResNet-20 x1 (BatchNorm) with ``configs/cifar10/resnet20x16.yaml``'s recipe
   (SGD, batch 500 -> ``--cifar-batch``) on a fake CIFAR-10 of ``--cifar-n`` images.
 
-Run ``LMC_DATA_DIR=<copy of the datasets> python benchmarks/training.py``. The last line is
-``train_throughput_mlp=<lmc samples/s / plain samples/s> train_throughput_resnet20=<..>
-lmc_epoch_s_mlp=<..> plain_epoch_s_mlp=<..> lmc_epoch_s_resnet20=<..> plain_epoch_s_resnet20=<..>``.
+* ``students`` / ``mlp_population``: ``--members`` (16) models as one ``--population`` run
+  against as many sequential ``lmc fit`` runs (``benchmarks/population.py``): the 003 student
+  (width 32, ``--student-epochs``) and the MNIST MLP (``--mlp-population-epochs``).
+
+Run ``LMC_DATA_DIR=<copy of the datasets> python benchmarks/training.py`` (``--accelerator gpu``
+on a GPU). The last line holds ``train_throughput_mlp=<lmc samples/s / plain samples/s>
+train_throughput_resnet20=<..> many_models_speedup_students=<sequential s / population s>
+many_models_speedup_mlp=<..>`` and the epoch and wall times behind them.
 """
 
 from __future__ import annotations
