@@ -161,11 +161,12 @@ def main() -> None:
     csv = str(ROOT / "configs" / "loggers" / "csv.yaml")
     line: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as fake:
+        if ns.fake_mnist:  # one fake MNIST for both MNIST parts
+            write_fake_mnist(fake, n_train=60000, n_test=10000)
         if ns.only in (None, "mlp"):
             mnist = ["-c", str(ROOT / "configs" / "mnist" / "mlp.yaml"), "-c", csv]
             mnist.append(f"--trainer.accelerator={ns.accelerator}")
             if ns.fake_mnist:
-                write_fake_mnist(fake, n_train=60000, n_test=10000)
                 mnist.append(f"--data.init_args.data_dir={fake}")
             elif not os.environ.get("LMC_DATA_DIR"):
                 raise SystemExit(
@@ -202,7 +203,6 @@ def main() -> None:
                 "--test_after_fit=false",
             ]
             if ns.fake_mnist:
-                write_fake_mnist(fake, n_train=60000, n_test=10000)
                 mlp.append(f"--data.init_args.data_dir={fake}")
             with tempfile.TemporaryDirectory() as tmp:
                 pop = population_run(Path(tmp), ns.members, ns.mlp_population_epochs, mlp, "mlp")

@@ -231,21 +231,29 @@ def fedma(
     clients = [{k: v.detach().clone() for k, v in s.items()} for s in states]
     assignments: dict[str, list[np.ndarray]] = {}
     global_state: dict[str, Tensor] = {}
+
+    def train_clients(clients: list, frozen: Sequence[str], seed0: int) -> list:
+        """Each client's state after ``epochs`` of local training (``frozen`` keys fixed)."""
+        out = []
+        for j, state in enumerate(clients):
+            model = materialize(net, state)  # type: ignore[arg-type]
+            local_train(
+                model,
+                client_batches[j],  # type: ignore[index]
+                epochs,
+                lr,
+                momentum,
+                weight_decay,
+                list(frozen),
+                seed=seed0 + j,
+            )
+            out.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+        return out
+
     for rnd in range(rounds):
         if rnd > 0:
             clients = [dict(global_state) for _ in range(J)]
-            for j in range(J):
-                model = materialize(net, clients[j])  # type: ignore[arg-type]
-                local_train(
-                    model,
-                    client_batches[j],
-                    epochs,
-                    lr,
-                    momentum,
-                    weight_decay,
-                    seed=seed + 1000 * rnd + j,
-                )  # type: ignore[index]
-                clients[j] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            clients = train_clients(clients, (), seed + 1000 * rnd)
         if pruning is not None:
             clients = prune_models(net, clients, pruning)  # type: ignore[arg-type]
         done: set[str] = set()
@@ -286,19 +294,7 @@ def fedma(
             done.add(g)
             if retrain:
                 frozen = [k for g2 in done for k, a in spec.groups[g2] if a == 0]
-                for j in range(J):
-                    model = materialize(net, clients[j])  # type: ignore[arg-type]
-                    local_train(
-                        model,
-                        client_batches[j],
-                        epochs,
-                        lr,
-                        momentum,
-                        weight_decay,
-                        frozen,
-                        seed=seed + 1000 * rnd + j,
-                    )  # type: ignore[index]
-                    clients[j] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                clients = train_clients(clients, frozen, seed + 1000 * rnd)
         global_state = _average_rest(clients, spec, class_counts)
     widths = spec.sizes(global_state)
     return FusionResult(global_state, widths, assignments, {"rounds": rounds, "epochs": epochs})

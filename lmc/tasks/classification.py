@@ -91,7 +91,9 @@ class TrainTask(L.LightningModule, ABC):
             return
         values = {f"{stage}/loss": losses.compute(), **metrics.compute()}
         for name, value in values.items():
-            self.log(name, value, on_step=False, on_epoch=True, prog_bar=name != "train/acc")
+            # the progress bar shows the losses, and the metrics outside training
+            bar = stage != "train" or name == f"{stage}/loss"
+            self.log(name, value, on_step=False, on_epoch=True, prog_bar=bar)
         losses.reset()
         metrics.reset()
 
