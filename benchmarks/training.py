@@ -1,12 +1,14 @@
 """Training throughput of ``lmc fit`` against a plain PyTorch loop (issue #16, item 1).
 
 Both train the same network, from the same initial weights, with the same optimizer, batch
-size and training batches: the plain loop iterates the data module's own train loader and does
-``zero_grad / forward / loss / backward / step`` and nothing else; ``lmc fit`` runs the config
-as a user would (Lightning loop, per-epoch metrics, the loss logged per step, checkpoints, the
-CSV logger), without validation so that both do the same work. Epoch times are taken inside the
-runs (train epoch start to end, a callback for ``lmc fit``), the first epoch of each dropped as
-warm-up, and the two alternate so that machine load hits both alike.
+size and training batches: the plain loop iterates the data module's own ``DataLoader``
+(``on_device=false``) and does ``zero_grad / forward / loss / backward / step`` and nothing
+else; ``lmc fit`` runs the config as a user would (Lightning loop, per-epoch metrics, the
+loss logged per step, checkpoints, the CSV logger, device-resident data where it fits: issue
+#16 item 2), and once more on the ``DataLoader`` (``train_throughput_<name>_dataloader``),
+without validation so that all do the same work. Epoch times are taken inside the runs (train
+epoch start to end, a callback for ``lmc fit``), the first epoch of each dropped as warm-up,
+and the three rotate so that machine load hits them alike.
 
 * ``mlp``: ``configs/mnist/mlp.yaml`` (784-512x3-10, Adam, batch 512) on MNIST from
   ``$LMC_DATA_DIR``; ``--fake-mnist`` uses a fake MNIST of the same size instead (timing only).
@@ -44,6 +46,8 @@ from benchmarks.population import run as population_run  # noqa: E402
 from benchmarks.population import student_args  # noqa: E402
 from lmc.cli import build_cli  # noqa: E402
 from lmc.data.fake import write_fake_cifar10, write_fake_mnist  # noqa: E402
+
+OFF_DEVICE = "--data.init_args.on_device=false"
 
 
 class EpochTimer(L.Callback):
@@ -92,9 +96,15 @@ def lmc_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float], i
     return timer.times, n
 
 
+def lmc_dataloader_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float], int]:
+    """:func:`lmc_epochs` with the data module's DataLoader (``on_device=false``)."""
+    return lmc_epochs([*args, OFF_DEVICE], epochs, root)
+
+
 def plain_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float], int]:
-    """Epoch times of the plain loop over the same data module, net and optimizer."""
-    cli = _cli([*args, f"--trainer.default_root_dir={root}"])
+    """Epoch times of the plain loop over the same data module's ``DataLoader`` (the baseline
+    of item 2 too: ``on_device=false``), net and optimizer."""
+    cli = _cli([*args, OFF_DEVICE, f"--trainer.default_root_dir={root}"])
     task, dm = cli.model, cli.datamodule
     dm.prepare_data()
     dm.setup("fit")
@@ -121,22 +131,26 @@ def plain_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float],
 
 
 def compare(name: str, args: list[str], epochs: int, repeats: int) -> dict[str, float]:
-    lmc_t, plain_t = [], []
+    """``lmc fit`` as configured (device-resident data where it fits), ``lmc fit`` on the
+    DataLoader, and the plain DataLoader loop, in rotating order."""
+    runners = (lmc_epochs, lmc_dataloader_epochs, plain_epochs)
+    times: dict[object, list[float]] = {fn: [] for fn in runners}
     for r in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
-            order = (lmc_epochs, plain_epochs) if r % 2 == 0 else (plain_epochs, lmc_epochs)
-            for fn in order:
-                times, n = fn(args, epochs, Path(tmp))
-                (lmc_t if fn is lmc_epochs else plain_t).extend(times[1:])  # drop warm-up
-    lmc_s, plain_s = statistics.median(lmc_t), statistics.median(plain_t)
+            for fn in runners[r % 3 :] + runners[: r % 3]:
+                t, n = fn(args, epochs, Path(tmp))
+                times[fn].extend(t[1:])  # drop warm-up
+    lmc_s, loader_s, plain_s = (statistics.median(times[fn]) for fn in runners)
     print(
-        f"{name}: {n} samples; epoch {lmc_s:.3f} s lmc fit, {plain_s:.3f} s plain loop "
-        f"(median of {len(lmc_t)} / {len(plain_t)} epochs); throughput ratio "
-        f"{plain_s / lmc_s:.3f}",
+        f"{name}: {n} samples; epoch {lmc_s:.3f} s lmc fit, {loader_s:.3f} s lmc fit on the "
+        f"DataLoader, {plain_s:.3f} s plain DataLoader loop (medians of "
+        f"{len(times[plain_epochs])} epochs); throughput ratios {plain_s / lmc_s:.3f}, "
+        f"{plain_s / loader_s:.3f}",
         flush=True,
     )
     return {
         f"train_throughput_{name}": plain_s / lmc_s,
+        f"train_throughput_{name}_dataloader": plain_s / loader_s,
         f"lmc_epoch_s_{name}": lmc_s,
         f"plain_epoch_s_{name}": plain_s,
     }
@@ -145,7 +159,7 @@ def compare(name: str, args: list[str], epochs: int, repeats: int) -> dict[str, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=3, help="epochs per run (first dropped)")
-    parser.add_argument("--repeats", type=int, default=2, help="alternating run pairs")
+    parser.add_argument("--repeats", type=int, default=3, help="rotating run triples")
     parser.add_argument("--fake-mnist", action="store_true", help="a fake MNIST (timing only)")
     parser.add_argument("--cifar-n", type=int, default=5000, help="fake CIFAR-10 images")
     parser.add_argument("--cifar-batch", type=int, default=500)

@@ -14,9 +14,9 @@ from typing import ClassVar
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
 
-from lmc.data.memory import collate
+from lmc.data.memory import InMemoryImageDataset, collate
 
 
 def data_order_seed() -> int:
@@ -60,21 +60,36 @@ class BaseDataModule(L.LightningDataModule, ABC):
         eval_batch_size: batch size of the validation, test, predict and alignment loaders
             (``None``: same as ``batch_size``).
         num_workers: ``DataLoader`` worker processes (0 loads in the main process).
+        on_device: hold the train/val/test splits as tensors on the training device and draw
+            their batches there (:class:`DeviceBatches`: same order, augmentation and batches
+            as the ``DataLoader``, without one). ``None`` (default): on where it fits - the
+            split is in memory, ``num_workers == 0``, one process, and on a GPU it takes at
+            most a quarter of the free memory; ``False``: always a ``DataLoader``.
     """
 
     task: ClassVar[str] = "classification"
 
     def __init__(
-        self, batch_size: int = 128, eval_batch_size: int | None = None, num_workers: int = 0
+        self,
+        batch_size: int = 128,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        on_device: bool | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 1 or (eval_batch_size is not None and eval_batch_size < 1):
             raise ValueError(f"batch sizes must be >= 1, got {batch_size=}, {eval_batch_size=}")
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        if on_device and num_workers:
+            raise ValueError(
+                f"on_device=true draws batches on the training device, without DataLoader "
+                f"workers, but num_workers={num_workers}: set num_workers=0 or on_device=false"
+            )
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
         self.num_workers = num_workers
+        self.on_device = on_device
         self._train: Dataset | None = None
         self._val: Dataset | None = None
         self._alignment: Dataset | None = None
@@ -125,12 +140,51 @@ class BaseDataModule(L.LightningDataModule, ABC):
             self._setup_test()
         return self._test
 
-    def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
+    def batch_device(self, dataset: Dataset) -> torch.device | None:
+        """The device :class:`DeviceBatches` draws ``dataset``'s batches on, or ``None`` for a
+        ``DataLoader`` (see ``on_device``); ``on_device=true`` that cannot hold raises why."""
+        trainer = self._trainer
+        device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+        if self.on_device is False:
+            return None
+        why = None
+        if self.num_workers:
+            why = f"num_workers={self.num_workers} asks for DataLoader workers"
+        elif trainer is not None and trainer.world_size > 1:
+            why = f"{trainer.world_size} processes each need their shard of the data"
+        elif not isinstance(dataset, (InMemoryImageDataset, TensorDataset)):
+            why = f"the split is a {type(dataset).__name__}, not tensors in memory"
+        elif device.type == "cuda":
+            need = held_bytes(dataset)
+            free = torch.cuda.mem_get_info(device)[0]
+            if need > free // 4:
+                why = f"the split takes {need / 2**30:.2f} GiB, over a quarter of the GPU's free "
+                why += f"{free / 2**30:.2f} GiB"
+        if why is None:
+            return device
+        if self.on_device:
+            raise ValueError(
+                f"data.init_args.on_device=true cannot hold the split on {device}: {why}; set "
+                "on_device=false (or leave it unset: on where it fits)"
+            )
+        return None
+
+    @property
+    def _trainer(self):  # noqa: ANN202 (Lightning's Trainer, None when not attached)
+        return getattr(self, "trainer", None)
+
+    def _loader(
+        self, dataset: Dataset, batch_size: int, shuffle: bool, on_device: bool = True
+    ) -> DataLoader | DeviceBatches:
         seed = data_order_seed()
+        sampler = EpochShuffle(len(dataset), seed) if shuffle else None
+        device = self.batch_device(dataset) if on_device else None
+        if device is not None:
+            return DeviceBatches(dataset, batch_size, sampler, device)
         return DataLoader(
             dataset,
             batch_size=batch_size,
-            sampler=EpochShuffle(len(dataset), seed) if shuffle else None,  # type: ignore[arg-type]
+            sampler=sampler,  # type: ignore[arg-type]
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             collate_fn=collate,
@@ -138,20 +192,20 @@ class BaseDataModule(L.LightningDataModule, ABC):
             generator=seeded_generator(seed, stream=999),
         )
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader | DeviceBatches:
         """Shuffled training batches: epoch ``e`` in the order :class:`EpochShuffle` draws from
         ``seed_everything`` and ``e`` (augmentation draws from torch's global RNG)."""
         return self._loader(self.train_dataset, self.batch_size, shuffle=True)
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> DataLoader | DeviceBatches:
         """Validation batches in a fixed order."""
         return self._loader(self.val_dataset, self.eval_batch_size, shuffle=False)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> DataLoader | DeviceBatches:
         """Test batches in a fixed order."""
         return self._loader(self.test_dataset, self.eval_batch_size, shuffle=False)
 
-    def predict_dataloader(self) -> DataLoader:
+    def predict_dataloader(self) -> DataLoader | DeviceBatches:
         """The test split, for ``predict``."""
         return self.test_dataloader()
 
@@ -162,7 +216,7 @@ class BaseDataModule(L.LightningDataModule, ABC):
             batch_size: batch size (``None``: ``eval_batch_size``).
         """
         return self._loader(
-            self.alignment_dataset, batch_size or self.eval_batch_size, shuffle=False
+            self.alignment_dataset, batch_size or self.eval_batch_size, False, on_device=False
         )
 
 
@@ -172,3 +226,67 @@ def seeded_generator(seed: int, stream: int = 0) -> torch.Generator:
     Streams keep e.g. the validation split fixed when only the test size changes.
     """
     return torch.Generator().manual_seed(int(seed) * 1_000_003 + stream)
+
+
+def held_bytes(dataset: Dataset) -> int:
+    """Bytes of the tensors an in-memory split holds (images, labels, indices)."""
+    if isinstance(dataset, InMemoryImageDataset):
+        tensors = (dataset.images, dataset.labels, dataset.indices)
+    else:
+        tensors = dataset.tensors  # type: ignore[attr-defined]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class DeviceBatches:
+    """The batches a ``DataLoader`` over ``dataset`` (no workers, no ``drop_last``) would give,
+    drawn from the split held on ``device``: one index op per batch, no collation, no copy.
+
+    The order is ``sampler``'s (:class:`EpochShuffle`, whose epoch Lightning sets through
+    ``.sampler.set_epoch`` as for a ``DataLoader``; ``None``: in order) and the augmentation of
+    an :class:`InMemoryImageDataset` draws its parameters from the same global random stream, so
+    a run on the CPU is bitwise the run with a ``DataLoader``.
+
+    Args:
+        dataset: an :class:`InMemoryImageDataset` or a ``TensorDataset``.
+        batch_size: samples per batch (the last one may be smaller).
+        sampler: the per-epoch order, or ``None``.
+        device: where the split is held and the batches are drawn.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        batch_size: int,
+        sampler: EpochShuffle | None,
+        device: torch.device | str,
+    ) -> None:
+        self.dataset, self.batch_size, self.sampler = dataset, batch_size, sampler
+        self.batch_sampler = None  # Lightning looks for a DataLoader's attributes
+        self.device = torch.device(device)
+        self._held: InMemoryImageDataset | tuple[torch.Tensor, ...] | None = None
+
+    def __len__(self) -> int:
+        return -(-len(self.dataset) // self.batch_size)  # type: ignore[arg-type]
+
+    def _source(self) -> InMemoryImageDataset | tuple[torch.Tensor, ...]:
+        if self._held is None:  # moved once, on the first epoch
+            ds = self.dataset
+            if isinstance(ds, InMemoryImageDataset):
+                self._held = ds.to(self.device)
+            else:
+                self._held = tuple(t.to(self.device) for t in ds.tensors)  # type: ignore[attr-defined]
+        return self._held
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        src, n = self._source(), len(self.dataset)  # type: ignore[arg-type]
+        if self.sampler is not None:
+            s = self.sampler
+            order = epoch_order(s.n, s.seed, s.epoch).to(self.device)
+        else:
+            order = torch.arange(n, device=self.device)
+        for start in range(0, n, self.batch_size):
+            idx = order[start : start + self.batch_size]
+            if isinstance(src, InMemoryImageDataset):
+                yield src.batch(idx)
+            else:
+                yield tuple(t[idx] for t in src)

@@ -9,6 +9,7 @@ comes from torch's global RNG (or the worker's), so ``seed_everything`` fixes it
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -29,14 +30,15 @@ def rotate_per_sample(x: Tensor, angles: Tensor) -> Tensor:
     equals the per-image calls (tested) at a fraction of their Python overhead.
     """
     b, _, h, w = x.shape
-    rad = torch.deg2rad(angles.double())
-    cos, sin, zero = rad.cos().float(), rad.sin().float(), torch.zeros(b)
+    rad = torch.deg2rad(angles.double().to(x.device))
+    cos, sin = rad.cos().float(), rad.sin().float()
+    zero = torch.zeros(b, device=x.device)
     theta = torch.stack([cos, -sin, zero, sin, cos, zero], dim=1).view(b, 2, 3)
-    base = torch.empty(1, h, w, 3)
+    base = torch.empty(1, h, w, 3, device=x.device)
     base[..., 0].copy_(torch.linspace((1.0 - w) * 0.5, (w - 1.0) * 0.5, w))
     base[..., 1].copy_(torch.linspace((1.0 - h) * 0.5, (h - 1.0) * 0.5, h).unsqueeze_(-1))
     base[..., 2].fill_(1)
-    scaled = theta.transpose(1, 2) / torch.tensor([0.5 * w, 0.5 * h])
+    scaled = theta.transpose(1, 2) / torch.tensor([0.5 * w, 0.5 * h], device=x.device)
     grid = base.view(1, h * w, 3).expand(b, -1, -1).bmm(scaled).view(b, h, w, 2)
     out = grid_sample(x.float(), grid, mode="nearest", padding_mode="zeros", align_corners=False)
     return out if x.is_floating_point() else out.round_().to(x.dtype)
@@ -50,8 +52,10 @@ class BatchAugment:
     set for the whole batch. Here the parameters are drawn per sample, in one call each from
     torch's global RNG, with the distributions of the v2 transforms named below, and applied with
     ``torchvision.transforms.v2.functional`` ops: zero padding of the whole batch, then one
-    ``crop`` view per sample, ``horizontal_flip`` of the whole batch kept where a sample's coin
-    says so; rotation by :func:`rotate_per_sample` (torchvision's ``rotate``, batched).
+    crop per sample (one gather, equal to ``crop`` of each image), ``horizontal_flip`` of the
+    whole batch kept where a sample's coin says so; rotation by :func:`rotate_per_sample`
+    (torchvision's ``rotate``, batched). The parameters are drawn on the CPU and applied on the
+    images' device, so a batch augmented on a GPU equals the same batch augmented on the CPU.
 
     Args:
         crop_padding: zero-pad each side by this many pixels, then crop back to the original
@@ -77,12 +81,17 @@ class BatchAugment:
         if self.rotate > 0:
             x = rotate_per_sample(x, torch.empty(len(x)).uniform_(-self.rotate, self.rotate))
         if self.crop_padding > 0:
-            p, (h, w) = self.crop_padding, x.shape[-2:]
+            p, (h, w), dev = self.crop_padding, x.shape[-2:], x.device
             padded = TF.pad(x, [p], fill=0)
-            tops, lefts = torch.randint(0, 2 * p + 1, (2, len(x))).tolist()
-            x = torch.stack([TF.crop(img, t, lf, h, w) for img, t, lf in zip(padded, tops, lefts)])
+            tops, lefts = torch.randint(0, 2 * p + 1, (2, len(x))).to(dev)
+            # one gather: sample i's crop is padded[i, :, tops[i]:tops[i]+h, lefts[i]:lefts[i]+w]
+            rows = (tops[:, None] + torch.arange(h, device=dev))[:, None, :, None]
+            cols = (lefts[:, None] + torch.arange(w, device=dev))[:, None, None, :]
+            batch = torch.arange(len(x), device=dev)[:, None, None, None]
+            chans = torch.arange(x.shape[1], device=dev)[None, :, None, None]
+            x = padded[batch, chans, rows, cols]
         if self.flip:
-            coin = torch.rand(len(x)) < 0.5
+            coin = (torch.rand(len(x)) < 0.5).to(x.device)
             x = torch.where(coin[:, None, None, None], TF.horizontal_flip(x), x)
         return x
 
@@ -156,13 +165,23 @@ class InMemoryImageDataset(Dataset):
 
     def batch(self, idx: Sequence[int] | Tensor) -> tuple[Tensor, Tensor]:
         """Return ``(images, labels)`` at positions ``idx``, stacked: (B, C, H, W), (B,)."""
-        rows = self.indices[torch.as_tensor(idx, dtype=torch.long)]
+        rows = self.indices[torch.as_tensor(idx, dtype=torch.long, device=self.indices.device)]
         x = self.images[rows]
         if self.augment is not None:
             x = self.augment(
                 x
             )  # on raw uint8 pixels: padding and fill are black, as in torchvision
         return torch.addcmul(self._shift, x.float(), self._scale), self.labels[rows]
+
+    def to(self, device: torch.device | str) -> InMemoryImageDataset:
+        """This dataset with its pixels, labels and indices on ``device`` (itself if there)."""
+        device = torch.device(device)
+        if self.images.device == device:
+            return self
+        out = copy.copy(self)
+        for name in ("images", "labels", "indices", "mean", "std", "_scale", "_shift"):
+            setattr(out, name, getattr(self, name).to(device))
+        return out
 
     def __getitems__(self, idx: Sequence[int]) -> SampleList:
         return SampleList(*self.batch(idx))

@@ -45,6 +45,8 @@ class SyntheticRegressionDataModule(BaseDataModule):
         batch_size: training batch size.
         eval_batch_size: batch size for validation/test/predict/alignment (``None``: batch_size).
         num_workers: ``DataLoader`` worker processes.
+        on_device: hold the splits on the training device and draw batches there (``None``:
+            where they fit; see :class:`lmc.data.base.BaseDataModule`).
         seed: seed of the generated data (and teacher), independent of the training seed.
     """
 
@@ -60,9 +62,10 @@ class SyntheticRegressionDataModule(BaseDataModule):
         batch_size: int = 128,
         eval_batch_size: int | None = None,
         num_workers: int = 0,
+        on_device: bool | None = None,
         seed: int = 0,
     ) -> None:
-        super().__init__(batch_size, eval_batch_size, num_workers)
+        super().__init__(batch_size, eval_batch_size, num_workers, on_device)
         if n_train < 1 or n_val < 0 or n_test < 0:
             raise ValueError(
                 f"need n_train >= 1 and n_val, n_test >= 0, got {n_train=}, {n_val=}, {n_test=}"
@@ -116,6 +119,8 @@ class TeacherStudentDataModule(SyntheticRegressionDataModule):
         batch_size: training batch size.
         eval_batch_size: batch size for evaluation and alignment loaders (``None``: batch_size).
         num_workers: ``DataLoader`` worker processes.
+        on_device: hold the splits on the training device and draw batches there (``None``:
+            where they fit; see :class:`lmc.data.base.BaseDataModule`).
         seed: seed of the data and the teacher, independent of the training seed.
     """
 
@@ -132,10 +137,19 @@ class TeacherStudentDataModule(SyntheticRegressionDataModule):
         batch_size: int = 128,
         eval_batch_size: int | None = None,
         num_workers: int = 0,
+        on_device: bool | None = None,
         seed: int = 0,
     ) -> None:
         super().__init__(
-            n_train, n_val, n_test, alignment_size, batch_size, eval_batch_size, num_workers, seed
+            n_train,
+            n_val,
+            n_test,
+            alignment_size,
+            batch_size,
+            eval_batch_size,
+            num_workers,
+            on_device,
+            seed,
         )
         if not 1 <= teacher_width <= input_dim:
             raise ValueError(
@@ -185,6 +199,8 @@ class PolynomialDataModule(SyntheticRegressionDataModule):
         batch_size: training batch size.
         eval_batch_size: batch size for evaluation and alignment loaders (``None``: batch_size).
         num_workers: ``DataLoader`` worker processes.
+        on_device: hold the splits on the training device and draw batches there (``None``:
+            where they fit; see :class:`lmc.data.base.BaseDataModule`).
         seed: seed of the data, independent of the training seed.
     """
 
@@ -202,10 +218,19 @@ class PolynomialDataModule(SyntheticRegressionDataModule):
         batch_size: int = 128,
         eval_batch_size: int | None = None,
         num_workers: int = 0,
+        on_device: bool | None = None,
         seed: int = 0,
     ) -> None:
         super().__init__(
-            n_train, n_val, n_test, alignment_size, batch_size, eval_batch_size, num_workers, seed
+            n_train,
+            n_val,
+            n_test,
+            alignment_size,
+            batch_size,
+            eval_batch_size,
+            num_workers,
+            on_device,
+            seed,
         )
         if degree not in self.RANGES:
             raise ValueError(f"degree must be 1 or 3 (000 A.1.1), got {degree}")

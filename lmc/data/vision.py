@@ -92,6 +92,8 @@ class VisionDataModule(BaseDataModule):
         rotate: maximum random rotation in degrees when ``augment`` (002 §4); 0 disables it.
         limit_train: keep only this many (seeded, random) training images, for quick runs.
         num_workers: ``DataLoader`` worker processes.
+        on_device: hold the splits on the training device and draw batches there (``None``:
+            where they fit; see :class:`lmc.data.base.BaseDataModule`).
         seed: seed of the train/val/alignment split, independent of the training seed
             (``seed_everything`` sets the data order and augmentation instead).
         verify_checksums: check files against the original distribution's md5 sums (torchvision's
@@ -118,10 +120,11 @@ class VisionDataModule(BaseDataModule):
         rotate: float = 0.0,
         limit_train: int | None = None,
         num_workers: int = 0,
+        on_device: bool | None = None,
         seed: int = 0,
         verify_checksums: bool = False,
     ) -> None:
-        super().__init__(batch_size, eval_batch_size, num_workers)
+        super().__init__(batch_size, eval_batch_size, num_workers, on_device)
         if rotate < 0:
             raise ValueError(f"rotate must be >= 0 degrees, got {rotate}")
         self.data_dir = resolve_data_dir(data_dir)
