@@ -20,7 +20,7 @@ import lightning as L
 import torch
 import yaml
 from lightning.fabric.utilities.seed import seed_everything
-from lightning.pytorch.loggers import CSVLogger, Logger
+from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torch.utils.data import TensorDataset
@@ -28,6 +28,7 @@ from torch.utils.data import TensorDataset
 from lmc.data.base import BaseDataModule, epoch_order
 from lmc.data.memory import InMemoryImageDataset
 from lmc.io import atomic_write
+from lmc.loggers import WandbLogger as LmcWandbLogger
 from lmc.population.train import Population, train_population
 from lmc.population.vectorize import (
     ELEMENTWISE_OPTIMIZERS,
@@ -226,6 +227,7 @@ class PopulationFit:
         self.init = first
         check_task(self.tasks[0])
         self.datamodule = first.data
+        self.history: list[tuple[int, dict[str, float]]] = []  # what was logged, to replay
         self.device = choose_device(self.cfg.trainer.get("accelerator"))
         self._setup()  # every check before any folder is made
 
@@ -315,6 +317,7 @@ class PopulationFit:
         for logger in self.loggers:
             logger.save()
             logger.finalize("success")
+        self._log_members()
         rank_zero_info(
             f"population of {len(self.seeds)} members trained {epochs} epochs in {seconds:.1f} s; "
             f"members written to {self.run_dir / MEMBERS_DIR}"
@@ -348,8 +351,45 @@ class PopulationFit:
         return out
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
+        self.history.append((step, metrics))
         for logger in self.loggers:
             logger.log_metrics(metrics, step=step)
+
+    def member_metrics(self, k: int) -> list[tuple[int, dict[str, float]]]:
+        """Member ``k``'s logged history under the names its sequential run logs
+        (``member/<k>/val/loss`` -> ``val/loss``), step by step."""
+        prefix = f"member/{k}/"
+        out = []
+        for step, metrics in self.history:
+            mine = {n[len(prefix) :]: v for n, v in metrics.items() if n.startswith(prefix)}
+            if mine:
+                out.append(
+                    (step, {**mine, **({"epoch": metrics["epoch"]} if "epoch" in metrics else {})})
+                )
+        return out
+
+    def _log_members(self) -> None:
+        """Each member's metrics to its own run of every logger kind the population used: a
+        CSV ``metrics.csv`` and a W&B run (grouped with the population's) in its folder, as
+        its sequential twin would have them. Written once the population's own runs are
+        closed (W&B keeps one active run per process)."""
+        for logger in self.loggers:
+            if isinstance(logger, WandbLogger) and logger._experiment is not None:
+                logger.experiment.finish()
+        for k, seed in enumerate(self.seeds):
+            folder = self.member_dir(seed)
+            cfg = yaml.safe_load((folder / "config.yaml").read_text())
+            for main in self.loggers:
+                member = member_logger(main, folder, seed)
+                if member is None:
+                    continue
+                member.log_hyperparams(cfg)
+                for step, metrics in self.member_metrics(k):
+                    member.log_metrics(metrics, step=step)
+                member.save()
+                member.finalize("success")
+                if isinstance(member, WandbLogger):
+                    member.experiment.finish()
 
     # --- output ------------------------------------------------------------------------------
     def _dump(self, cfg: Any) -> str:
@@ -391,6 +431,27 @@ class PopulationFit:
                 atomic_write(
                     folder / "checkpoints" / name, lambda f, ckpt=ckpt: torch.save(ckpt, f)
                 )
+
+
+def member_logger(main: Logger, folder: Path, seed: int) -> Logger | None:
+    """A logger of ``main``'s kind writing into the member folder ``folder``: CSV straight
+    into it (``folder/metrics.csv``), W&B as a run of its own named ``<run>-seed=<seed>`` in
+    the population run's group (the study's, else the population run's id); ``None`` for
+    other kinds (their per-member columns stay in the population's run)."""
+    if isinstance(main, WandbLogger):
+        init = main._wandb_init
+        return LmcWandbLogger(
+            name=f"{init.get('name') or 'population'}-seed={seed}",
+            save_dir=str(folder),
+            project=init.get("project") or "lmc",
+            offline=main._offline,
+            tags=[*(init.get("tags") or []), "population-member"],
+            group=init.get("group") or f"population-{main.version}",
+            job_type=init.get("job_type"),
+        )
+    if isinstance(main, CSVLogger):
+        return CSVLogger(str(folder.parent), name=folder.name, version="")
+    return None
 
 
 def _to_cpu(obj: Any) -> Any:

@@ -16,7 +16,14 @@ from lmc.data import write_fake_mnist
 from lmc.data.base import EpochShuffle
 from lmc.io import load_checkpoint, model_state_dict, spawn_point
 from lmc.population.fit import member_orders
-from tests.helpers import CONFIGS, run_cli, run_dirs
+from tests.helpers import (
+    CONFIGS,
+    read_wandb_records,
+    read_wandb_summary,
+    run_cli,
+    run_dirs,
+    wandb_run_dirs,
+)
 
 SEEDS = (3, 7)
 QUIET = [
@@ -163,6 +170,54 @@ def test_population_logs_every_member_and_the_mean(teacher_sgd):
         assert {name, f"member/0/{name}", f"member/1/{name}"} <= set(header)
     assert (pop / "config.yaml").is_file()
     assert yaml.safe_load((pop / "config.yaml").read_text())["population"] == list(SEEDS)
+
+
+def _last_logged(csv: Path) -> dict[str, float]:
+    lines = csv.read_text().splitlines()
+    last: dict[str, float] = {}
+    for line in lines[1:]:
+        last |= {k: float(v) for k, v in zip(lines[0].split(","), line.split(",")) if v}
+    return last
+
+
+def test_every_member_has_its_own_metrics_csv_with_the_sequential_names(teacher_sgd):
+    pop, _ = teacher_sgd
+    population = _last_logged(pop / "metrics.csv")
+    for k, seed in enumerate(SEEDS):
+        mine = _last_logged(pop / "members" / f"seed={seed}" / "metrics.csv")
+        assert not any(name.startswith("member/") for name in mine)
+        for name in ("val/loss", "val/mse", "train/loss", "test/mse"):
+            assert mine[name] == pytest.approx(population[f"member/{k}/{name}"])
+        assert mine["epoch"] == 1
+
+
+def test_every_member_is_a_wandb_run_of_its_own_in_the_population_group(tmp_path):
+    # the teacher config's own logger: W&B (offline, under tmp_path)
+    run_cli(
+        "fit",
+        "-c",
+        *TEACHER,
+        *QUIET,
+        f"--trainer.default_root_dir={tmp_path}",
+        f"--population=[{SEEDS[0]}, {SEEDS[1]}]",
+    )
+    pop = next(p.parent for p in tmp_path.rglob("members"))
+    [main] = [r for r in wandb_run_dirs(tmp_path) if "members" not in str(r)]
+    summary = read_wandb_summary(main)
+    for k, seed in enumerate(SEEDS):
+        [run] = wandb_run_dirs(pop / "members" / f"seed={seed}")
+        mine = read_wandb_summary(run)
+        assert mine["config"]["seed_everything"] == seed
+        assert mine["summary"]["val/mse"] == pytest.approx(
+            summary["summary"][f"member/{k}/val/mse"]
+        )
+        assert mine["summary"]["test/mse"] == pytest.approx(
+            summary["summary"][f"member/{k}/test/mse"]
+        )
+        assert mine["name"] == f"population-seed={seed}" and mine["state"] == "finished"
+        assert "population-member" in mine["tags"]
+        [group] = {r["run"]["run_group"] for r in read_wandb_records(run) if r.get("type") == "run"}
+        assert group == f"population-{pop.name}"  # the population run's id
 
 
 def test_validate_barrier_of_two_members(teacher_sgd, tmp_path):
