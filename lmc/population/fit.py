@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +61,19 @@ _TRAINER_OK: dict[str, tuple[Any, ...]] = {
     "num_nodes": (1,),
     "devices": (1, "1", "auto"),
     "strategy": ("auto",),
-    "callbacks": (None, []),
 }
 _WHY = {
     "gradient_clip_val": "clipping the norm of the stacked gradient would couple the members",
-    "callbacks": "callbacks act on one Trainer's model; a population runs no Trainer",
+}
+
+
+# callbacks that only read the network at fit start and epoch ends: a population runs them on
+# every member (the values its sequential run logs); any other changes training or needs a
+# Trainer, so it is refused
+MEMBER_CALLBACKS = ("callbacks.NeuronEntropyMonitor", "callbacks.PQIndexMonitor")
+_CALLBACK_MODULES = {
+    "callbacks.entropy.NeuronEntropyMonitor": "callbacks.NeuronEntropyMonitor",
+    "callbacks.sparsity.PQIndexMonitor": "callbacks.PQIndexMonitor",
 }
 
 
@@ -102,6 +111,13 @@ def check_trainer(trainer: Any, cfg: Any) -> None:
             bad.append(f"trainer.{key}={value!r} (population training uses every batch)")
     if trainer.get("max_epochs") in (-1,):
         bad.append("trainer.max_epochs=-1 (give a number of epochs)")
+    for cb in trainer.get("callbacks") or []:
+        path = _show(cb)
+        if _CALLBACK_MODULES.get(path, path) not in MEMBER_CALLBACKS:
+            bad.append(
+                f"trainer.callbacks: {path} (a population runs no Trainer; it runs only the "
+                f"measurement callbacks {', '.join(MEMBER_CALLBACKS)}, on every member)"
+            )
     bad += [f"--{k}" for k in ("ckpt_path", "spawn_from", "spawn_points") if cfg.get(k)]
     if bad:
         raise ValueError(
@@ -290,11 +306,14 @@ class PopulationFit:
         self.epochs = epochs
         start = time.perf_counter()
 
+        self._measure("on_fit_start", 0, 0)
+
         def on_epoch_end(epoch: int, step: int, train_loss: Tensor) -> None:
             metrics = self._per_member("train/loss", train_loss.tolist())
             if every and limit_val != 0 and (epoch + 1) % every == 0:
                 metrics |= self._evaluate("val", self.datamodule.val_dataloader())
             self._log({**metrics, "epoch": epoch}, step)
+            self._measure("on_train_epoch_end", epoch, step)
             if epoch == epochs - 1:
                 self._write_members(epoch, step)
 
@@ -322,6 +341,27 @@ class PopulationFit:
             f"population of {len(self.seeds)} members trained {epochs} epochs in {seconds:.1f} s; "
             f"members written to {self.run_dir / MEMBERS_DIR}"
         )
+
+    def _measure(self, hook: str, epoch: int, step: int) -> None:
+        """Run the measurement callbacks' ``hook`` on every member's network, as its sequential
+        run's Trainer would at ``epoch`` and ``step``, and log what they log per member."""
+        callbacks = self.init.trainer.get("callbacks") or []
+        if not callbacks:
+            return
+        values: dict[str, list[float]] = {}
+        for k, task in enumerate(self.tasks):
+            task.net.load_state_dict(member_state(self.params, self.buffers, k))
+            sink = _Collect()
+            trainer = _MemberTrainer(epoch, step, self.epochs, [sink])
+            for cb in callbacks:
+                getattr(cb, hook)(trainer, task)
+            for name, value in sink.metrics.items():
+                values.setdefault(name, [float("nan")] * len(self.tasks))[k] = value
+        metrics: dict[str, float] = {}
+        for name, vals in values.items():
+            metrics |= self._per_member(name, vals)
+        if metrics:
+            self._log({**metrics, "epoch": epoch}, step)
 
     def _per_member(self, name: str, values: list[float]) -> dict[str, float]:
         out = {f"member/{k}/{name}": v for k, v in enumerate(values)}
@@ -431,6 +471,29 @@ class PopulationFit:
                 atomic_write(
                     folder / "checkpoints" / name, lambda f, ckpt=ckpt: torch.save(ckpt, f)
                 )
+
+
+class _Collect:
+    """A logger stand-in that keeps what a callback logs."""
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, float] = {}
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.metrics |= {k: float(v) for k, v in metrics.items() if k != "epoch"}
+
+
+@dataclass
+class _MemberTrainer:
+    """What a measurement callback reads of its Trainer, for one member at one point."""
+
+    current_epoch: int
+    global_step: int
+    max_epochs: int
+    loggers: list[_Collect]
+    sanity_checking: bool = False
+    is_global_zero: bool = True
+    ckpt_path: None = None
 
 
 def member_logger(main: Logger, folder: Path, seed: int) -> Logger | None:

@@ -8,6 +8,7 @@ counted as done, and a failure is recorded with its error and log tail."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -17,10 +18,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from lmc.studies.plan import Job, job_args
+from lmc.studies.plan import MEMBER, Job, job_args
+from lmc.studies.schema import SEED_KEY
 from lmc.studies.store import StudyStore
 
 LOG_FILE = "job.log"
+POPULATION_DIR = "population"  # a leader job's population run, beside its member's run folder
 LOG_TAIL_LINES = 40
 Runner = Callable[[list[str]], None]
 
@@ -67,6 +70,57 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return ""
 
 
+def member_folder(leader_dir: Path, seed: Any) -> Path:
+    """The folder of member ``seed`` in the population run a leader job wrote."""
+    found = sorted((leader_dir / POPULATION_DIR).glob(f"*/*/members/seed={seed}"))
+    if len(found) != 1:
+        raise RuntimeError(
+            f"the population run in {leader_dir / POPULATION_DIR} should hold one folder "
+            f"members/seed={seed}, found {len(found)}"
+        )
+    return found[0]
+
+
+def _link_tree(member: Path, job_dir: Path) -> None:
+    """Make ``member`` the run folder of the job in ``job_dir`` (``lmc/<member folder>``):
+    hard links where the file system allows (no second copy of the checkpoints), else a copy."""
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(member, job_dir / "lmc" / member.name, copy_function=link)
+
+
+def _take_member(store: StudyStore, job: Job, leader: Job) -> dict[str, Any]:
+    """A population member's job: its trained member, taken from the leader's run."""
+    store.clear(job)
+    started, t0 = now(), time.perf_counter()
+    try:
+        _link_tree(
+            member_folder(store.job_dir(leader), job.coordinates[SEED_KEY]), store.job_dir(job)
+        )
+        status, error = "done", None
+    except Exception as exc:
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
+    payload: dict[str, Any] = {
+        "status": status,
+        "error": error,
+        "log_tail": "",
+        "population": leader.id,  # trained there: its time is the leader's
+        "started": started,
+        "finished": now(),
+        "seconds": round(time.perf_counter() - t0, 3),
+        "inputs_finished": input_stamps(store, [leader]),
+    }
+    if status == "done":
+        payload["run_dir"] = str(store.run_dir(job).relative_to(store.root))
+    store.write_record(job, payload)
+    return {**job.to_json(), **payload}
+
+
 def input_stamps(store: StudyStore, inputs: list[Job]) -> dict[str, str | None]:
     """When each input job finished: an evaluate job is redone when an input was redone."""
     return {d.id: (store.record(d) or {}).get("finished") for d in inputs}
@@ -86,12 +140,16 @@ def execute_job(
     ``extra_args`` are appended to the job's args (e.g. ``--study`` for the W&B group).
     """
     store = StudyStore(root)
+    if job.command == MEMBER:
+        return _take_member(store, job, inputs[0])
     job_dir = store.job_dir(job)
-    partial = store.partial_run(job) if job.command == "fit" else None
+    resumable = job.command == "fit" and not job.members  # a population restarts
+    partial = store.partial_run(job) if resumable else None
     if partial is None:
         store.clear(job)
     job_dir.mkdir(parents=True, exist_ok=True)
-    args = job_args(job, job_dir, [store.run_dir(d) for d in inputs])
+    out_dir = job_dir / POPULATION_DIR if job.members else job_dir
+    args = job_args(job, out_dir, [store.run_dir(d) for d in inputs])
     args += list(extra_args or [])
     if partial is not None:
         args.append(f"--ckpt_path={partial}")
@@ -103,6 +161,8 @@ def execute_job(
         sys.argv = ["lmc"]  # the job's args are given in-process, not on the command line
         try:
             (runner or lmc_runner)(args)
+            if job.members:  # the leader's own member becomes its run folder
+                _link_tree(member_folder(job_dir, job.coordinates[SEED_KEY]), store.job_dir(job))
             status, error = "done", None
         except BaseException as exc:  # a job's failure is recorded, the study goes on
             if isinstance(exc, KeyboardInterrupt):

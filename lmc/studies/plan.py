@@ -1,5 +1,6 @@
 """Plan a study: the train grid into one ``lmc fit`` job per point (product of the keys, zip
-groups varied together), and each evaluate stage into one ``lmc validate`` job per pair of
+groups varied together; with ``train.population`` one ``lmc fit --population`` per point of
+the other keys, its seeds' jobs taking their members from it), and each evaluate stage into one ``lmc validate`` job per pair of
 trained models, selected by grid coordinates. Pure: no job runs, no folder is written."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from lmc.io import spawn_point
 from lmc.studies.check import cli_value, config_args, has_key
 from lmc.studies.schema import (
     PARENT_PREFIX,
+    SEED_KEY,
     SPAWN_EPOCH,
     TRAIN_STAGE,
     EvaluateStage,
@@ -28,6 +30,8 @@ from lmc.studies.schema import (
 )
 
 CHECKPOINTS_KEY = "model.init_args.checkpoints"
+#: the command of a population member's job: no run, its member is taken from the leader
+MEMBER = "member"
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ class Job:
     id: str = field(default="")
     #: a spawned training: the epoch of its parent (``inputs[0]``) it starts from
     spawn_epoch: int | None = None
+    #: a population's leader: the seeds its ``lmc fit --population`` trains (its own first)
+    members: tuple[Any, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +63,7 @@ class Job:
             "args": list(self.args),
             "inputs": list(self.inputs),
             "spawn_epoch": self.spawn_epoch,
+            **({"members": list(self.members)} if self.members else {}),
         }
 
 
@@ -197,7 +204,9 @@ def plan(study: Study, resolved: Mapping[str, Mapping[str, Any]] | None = None) 
     points = [f"--spawn_points={json.dumps(epochs)}"] if epochs else []
     base = ("fit", *config_args(train.configs, [*train.args, *points]))
     jobs = []
-    for coords in grid_points(train.grid, train.zip):
+    if train.population:
+        jobs = _population_jobs(study, base)
+    for coords in grid_points(train.grid, train.zip) if not train.population else []:
         args = (*base, *_coord_args(coords))
         jobs.append(
             Job(
@@ -221,6 +230,36 @@ def plan(study: Study, resolved: Mapping[str, Mapping[str, Any]] | None = None) 
     for stage in study.evaluate:
         evaluated += _evaluate_jobs(stage, by_stage[stage.stage], (resolved or {}).get(stage.name))
     return jobs + spawned + evaluated
+
+
+def _population_jobs(study: Study, base: tuple[str, ...]) -> list[Job]:
+    """``train.population``: per point of the grid's other keys, its first seed's job is the
+    population's leader (``lmc fit --population [seeds]``, ``members``) and every other seed's
+    job a :data:`MEMBER` job that takes its trained member from the leader (``inputs``). Each
+    job keeps the coordinates of its seed, so stages select them as sequential runs."""
+    train = study.train
+    leaders: dict[str, Job] = {}
+    jobs = []
+    points = grid_points(train.grid, train.zip)
+    for coords in points:
+        rest = {k: v for k, v in coords.items() if k != SEED_KEY}
+        key = repr(rest)
+        if key not in leaders:
+            seeds = tuple(p[SEED_KEY] for p in points if repr(_without_seed(p)) == key)
+            args = (*base, *_coord_args(rest), f"--population={json.dumps(list(seeds))}")
+            jid = job_id(TRAIN_STAGE, "fit", args, (), train.configs)
+            leaders[key] = Job(TRAIN_STAGE, "fit", coords, args, (), jid, members=seeds)
+            jobs.append(leaders[key])
+            continue
+        args = (f"--{SEED_KEY}={cli_value(coords[SEED_KEY])}",)
+        inputs = (leaders[key].id,)
+        jid = job_id(TRAIN_STAGE, MEMBER, args, inputs, train.configs)
+        jobs.append(Job(TRAIN_STAGE, MEMBER, coords, args, inputs, jid))
+    return jobs
+
+
+def _without_seed(coords: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in coords.items() if k != SEED_KEY}
 
 
 def _spawn_jobs(study: Study, spawn: SpawnStage, parents: list[Job]) -> list[Job]:

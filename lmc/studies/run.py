@@ -208,7 +208,7 @@ def _schedule(
                     break
                 waiting.remove(job)
                 inputs = [by_id[d] for d in job.inputs]
-                if job.command == "fit" and store.partial_run(job) is not None:
+                if job.command == "fit" and not job.members and store.partial_run(job):
                     summary.resumed.append(job.id)
                 progress.running += 1
                 running[job.id] = pool.submit(store.root, job, inputs, [_study_arg(study, job)])

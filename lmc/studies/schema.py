@@ -9,6 +9,8 @@ Layout (paths relative to the study file)::
       grid: {model.init_args.net.init_args.width: [4, 8], seed_everything: [0, 1]}
       zip: [[key_a, key_b]]                         # optional: varied together, not crossed
       args: [--trainer.max_epochs=5]                # optional: extra CLI args of every job
+      population: true                              # optional: the seed_everything values of
+                                                    # each point as one `lmc fit --population`
     evaluate:
       - name: barrier
         kind: barrier
@@ -106,8 +108,11 @@ class TrainStage:
     grid: dict[str, list[Any]]
     zip: tuple[tuple[str, ...], ...] = ()
     args: tuple[str, ...] = ()
+    #: train the seeds of each point of the other keys as one ``lmc fit --population`` run
+    population: bool = False
 
 
+SEED_KEY = "seed_everything"
 SPAWN_EPOCH = "spawn_epoch"
 PARENT_PREFIX = "parent:"
 
@@ -268,13 +273,34 @@ def _grid(value: Mapping[str, Any], where: str) -> tuple[dict[str, list[Any]], t
 
 def _train(value: Any, base: Path) -> TrainStage:
     value = _mapping(value, "train")
-    _check_keys(value, "train", ("config", "grid"), ("zip", "args"))
+    _check_keys(value, "train", ("config", "grid"), ("zip", "args", "population"))
     grid, groups = _grid(value, "train")
+    population = value.get("population", False)
+    if not isinstance(population, bool):
+        raise StudyError(f"train.population must be true or false, got {population!r}")
+    if population and len(grid.get(SEED_KEY, [])) < 2:
+        raise StudyError(
+            f"train.population: true trains the seeds of train.grid.{SEED_KEY} as one "
+            f"population, but the grid gives {len(grid.get(SEED_KEY, []))} seed(s): add "
+            f"{SEED_KEY}: [0, 1, ...] to train.grid or remove population"
+        )
+    if population and not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in grid[SEED_KEY]
+    ):
+        raise StudyError(
+            f"train.population: {SEED_KEY} values must be integers, got {grid[SEED_KEY]}"
+        )
+    if population and any(SEED_KEY in g for g in groups):
+        raise StudyError(
+            f"train.population: {SEED_KEY} is zipped with other keys, so the seeds of one "
+            "point are not one population; take it out of train.zip or remove population"
+        )
     return TrainStage(
         configs=_configs(value["config"], "train.config", base),
         grid=grid,
         zip=groups,
         args=_str_list(value.get("args"), "train.args"),
+        population=population,
     )
 
 
@@ -485,6 +511,11 @@ def load_study(path: str | Path) -> Study:
     if not isinstance(spawned, list):
         raise StudyError(f"spawn must be a list of stages, got {spawned!r}")
     spawn = tuple(_spawn(s, i, train, taken) for i, s in enumerate(spawned))
+    if spawn and train.population:
+        raise StudyError(
+            "train.population cannot be combined with spawn stages (a population writes its "
+            "members once trained, not at spawn epochs): remove population or the spawn stages"
+        )
     sources = {TRAIN_STAGE: _Source(TRAIN_STAGE, train.grid, train.zip)}
     sources.update({s.name: _Source(s.name, s.keys, s.zipped) for s in spawn})
     stages = data.get("evaluate") or []

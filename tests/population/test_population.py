@@ -220,6 +220,46 @@ def test_every_member_is_a_wandb_run_of_its_own_in_the_population_group(tmp_path
         assert group == f"population-{pop.name}"  # the population run's id
 
 
+MEASURE = {
+    "trainer": {
+        "callbacks": [
+            {"class_path": "callbacks.NeuronEntropyMonitor", "init_args": {"bits": 8}},
+            {"class_path": "callbacks.PQIndexMonitor", "init_args": {"every_n_epochs": 2}},
+        ]
+    }
+}
+
+
+def _logged(csv: Path, prefix: str) -> dict[str, list[tuple[int, float]]]:
+    """Every (step, value) a metrics.csv holds for each metric named ``prefix...``."""
+    lines = csv.read_text().splitlines()
+    out: dict[str, list[tuple[int, float]]] = {}
+    for line in lines[1:]:
+        row = dict(zip(lines[0].split(","), line.split(",")))
+        for k, v in row.items():
+            if k.startswith(prefix) and v:
+                out.setdefault(k, []).append((int(row["step"]), float(v)))
+    return out
+
+
+def test_member_measurement_callbacks_log_what_the_sequential_runs_log(tmp_path):
+    """Entropy and PQ index per member: the same values at the same steps (fit start, then
+    every epoch / every second epoch) as in its sequential run."""
+    overlay = tmp_path / "measure.yaml"
+    overlay.write_text(yaml.safe_dump(MEASURE))
+    pop, seq = _train(TEACHER, str(overlay), tmp_path)  # 2 epochs of 3 steps
+    for seed in SEEDS:
+        mine = pop / "members" / f"seed={seed}" / "metrics.csv"
+        for prefix in ("entropy/", "pq/"):
+            a, b = _logged(mine, prefix), _logged(seq[seed] / "metrics.csv", prefix)
+            assert a.keys() == b.keys() and len(a) >= 2
+            for name, rows in b.items():
+                assert [s for s, _ in a[name]] == [s for s, _ in rows]
+                assert [v for _, v in a[name]] == pytest.approx([v for _, v in rows], rel=1e-4)
+    assert [s for s, _ in _logged(mine, "entropy/")["entropy/hidden"]] == [0, 3, 6]
+    assert [s for s, _ in _logged(mine, "pq/")["pq/flat/hidden"]] == [0, 6]
+
+
 def test_validate_barrier_of_two_members(teacher_sgd, tmp_path):
     pop, _ = teacher_sgd
     members = [pop / "members" / f"seed={s}" for s in SEEDS]
@@ -297,6 +337,15 @@ def test_gradient_clipping_and_augmentation_are_refused(tmp_path):
             "--data.init_args.rotate=10",
             config=mnist,
         )
+
+
+def test_a_callback_that_is_no_measurement_is_refused_naming_it(tmp_path):
+    overlay = tmp_path / "prune.yaml"
+    prune = {"class_path": "callbacks.MagnitudePruning", "init_args": {"rate": 0.5}}
+    overlay.write_text(yaml.safe_dump({"trainer": {"callbacks": [prune]}}))
+    with pytest.raises(ValueError, match="callbacks.MagnitudePruning .*NeuronEntropyMonitor"):
+        run_cli(*_args(TEACHER, str(overlay), tmp_path, "--population=[0, 1]"))
+    assert not list(tmp_path.rglob("*.ckpt"))
 
 
 def test_a_task_with_its_own_training_step_is_refused(tmp_path):

@@ -50,7 +50,7 @@ def tiny_study(**changes) -> dict:
         ],
     }
     for key, value in changes.items():
-        if key in ("config", "grid", "zip", "args"):
+        if key in ("config", "grid", "zip", "args", "population"):
             study["train"][key] = value
         else:
             study[key] = value
