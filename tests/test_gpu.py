@@ -82,3 +82,12 @@ def test_weight_matching_benchmark_runs_on_gpu(capsys):
         "wm_mlp_accel_vs_reference_untrained",
     }
     assert all(float(v) > 0 for v in values.values())
+
+
+@pytest.mark.parametrize("recipe", ["channels_last", "bf16", "compile"])
+def test_speed_recipes_on_gpu(recipe, tmp_path):
+    """configs/speed/ on CUDA: channels-last and compile give the default run, bf16-mixed runs in
+    bfloat16 close to float32 (the CPU versions: tests/tasks/test_speed_recipes.py)."""
+    from tests.tasks import test_speed_recipes as recipes
+
+    getattr(recipes, f"check_{recipe}")(tmp_path, device="gpu")

@@ -182,6 +182,15 @@ def check_task(task: Any) -> None:
             f"RegressionTask: loss of net(x) with the config's optimizer); {name} {why}: train "
             "it as separate runs"
         )
+    recipes = [
+        k for k, on in (("channels_last", task.channels_last), ("compile", task.compile_net)) if on
+    ]
+    if recipes:
+        raise ValueError(
+            f"--population runs its own vectorised program, to which the speed recipes "
+            f"model.init_args.{'/'.join(recipes)} do not apply: remove them (configs/speed/ "
+            "overlays) or train the members as separate runs"
+        )
 
 
 def member_orders(n: int, seeds: list[int], epoch: int) -> Tensor:

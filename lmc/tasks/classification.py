@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Literal
 
 import lightning as L
+import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MeanSquaredError, MetricCollection
@@ -32,6 +33,10 @@ class TrainTask(L.LightningModule, ABC):
         optimizer: callable building the optimizer from parameters (default Adam, lr 1e-3).
         lr_scheduler: optional callable building an LR scheduler from the optimizer.
         scheduler_interval: step the scheduler every ``epoch`` or every optimizer ``step``.
+        channels_last: hold the network's 4-D weights and the image batches in channels-last
+            memory format (faster convolutions on GPUs with tensor cores; same values).
+        compile: ``torch.compile`` the network's forward in place (state-dict keys unchanged),
+            once, before the optimizer is built.
     """
 
     def __init__(
@@ -40,6 +45,8 @@ class TrainTask(L.LightningModule, ABC):
         optimizer: OptimizerCallable = default_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
         scheduler_interval: Literal["epoch", "step"] = "epoch",
+        channels_last: bool = False,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         save_task_hparams(self, ignore=["net", "optimizer", "lr_scheduler"])
@@ -47,6 +54,9 @@ class TrainTask(L.LightningModule, ABC):
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.scheduler_interval = scheduler_interval
+        self.channels_last = channels_last
+        self.compile_net = compile
+        self._compiled = False
         metrics = self.build_metrics()
         # ModuleDict keys cannot be "train" (it is a Module method), hence the suffix.
         self.metrics = nn.ModuleDict({f"{s}_": metrics.clone(prefix=f"{s}/") for s in STAGES})
@@ -62,6 +72,21 @@ class TrainTask(L.LightningModule, ABC):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
+
+    def configure_model(self) -> None:
+        """The speed recipes (``configs/speed/``): channels-last weights, ``torch.compile``."""
+        if self.channels_last:
+            self.net.to(memory_format=torch.channels_last)
+        if self.compile_net and not self._compiled:
+            self.net.compile()
+            self._compiled = True
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        if self.channels_last and isinstance(batch, (tuple, list)) and batch:
+            x = batch[0]
+            if isinstance(x, Tensor) and x.ndim == 4:
+                batch = (x.contiguous(memory_format=torch.channels_last), *batch[1:])
+        return batch
 
     def _shared_step(self, batch: Any, stage: str) -> Tensor:
         x, y = batch
@@ -136,6 +161,7 @@ class ClassificationTask(TrainTask):
     Args:
         num_classes: number of classes for the accuracy metric.
         label_smoothing: cross-entropy label smoothing (0 in every paper recipe).
+        channels_last, compile: the speed recipes, see :class:`TrainTask`.
     """
 
     def __init__(
@@ -146,10 +172,12 @@ class ClassificationTask(TrainTask):
         lr_scheduler: LRSchedulerCallable | None = None,
         scheduler_interval: Literal["epoch", "step"] = "epoch",
         label_smoothing: float = 0.0,
+        channels_last: bool = False,
+        compile: bool = False,
     ) -> None:
         self.num_classes = num_classes
         self.label_smoothing = label_smoothing
-        super().__init__(net, optimizer, lr_scheduler, scheduler_interval)
+        super().__init__(net, optimizer, lr_scheduler, scheduler_interval, channels_last, compile)
 
     def build_metrics(self) -> MetricCollection:
         return MetricCollection({"acc": MulticlassAccuracy(self.num_classes, average="micro")})
@@ -161,7 +189,8 @@ class ClassificationTask(TrainTask):
 class RegressionTask(TrainTask):
     """Mean-squared-error regression (teacher-student, polynomial tasks); logs ``loss`` and ``mse``.
 
-    The loss is ``0.5 * MSE`` when ``half_mse`` (the convention of 003's objective), else MSE.
+    The loss is ``0.5 * MSE`` when ``half_mse`` (the convention of 003's objective), else MSE;
+    ``channels_last`` and ``compile`` are the speed recipes of :class:`TrainTask`.
     """
 
     def __init__(
@@ -171,9 +200,11 @@ class RegressionTask(TrainTask):
         lr_scheduler: LRSchedulerCallable | None = None,
         scheduler_interval: Literal["epoch", "step"] = "epoch",
         half_mse: bool = False,
+        channels_last: bool = False,
+        compile: bool = False,
     ) -> None:
         self.half_mse = half_mse
-        super().__init__(net, optimizer, lr_scheduler, scheduler_interval)
+        super().__init__(net, optimizer, lr_scheduler, scheduler_interval, channels_last, compile)
 
     def build_metrics(self) -> MetricCollection:
         return MetricCollection({"mse": MeanSquaredError()})

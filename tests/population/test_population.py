@@ -358,6 +358,16 @@ def test_a_task_with_its_own_training_step_is_refused(tmp_path):
         )
 
 
+def test_the_speed_recipes_are_refused_naming_them(tmp_path):
+    with pytest.raises(ValueError, match=r"speed recipes model.init_args.channels_last/compile"):
+        _refused(
+            tmp_path,
+            "--population=[0, 1]",
+            "--model.init_args.channels_last=true",
+            "--model.init_args.compile=true",
+        )
+
+
 def test_population_is_for_fit_only(tmp_path):
     with pytest.raises(ValueError, match="for `lmc fit`, not validate"):
         run_cli(
