@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,7 +26,18 @@ import torch.nn.functional as F
 from torch import Tensor, fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from lmc.permutation.derive_spaces import Member, NotExpressible, Spaces, spec_from
+from lmc.permutation.derive_attention import AttentionRules
+from lmc.permutation.derive_spaces import (
+    Feature,
+    Member,
+    NotExpressible,
+    ParamUse,
+    Several,
+    Spaces,
+    spec_from,
+)
+from lmc.permutation.derive_spaces import node_arg as _arg
+from lmc.permutation.derive_spaces import node_shape as _shape
 from lmc.permutation.spec import PermutationSpec
 
 
@@ -62,31 +72,12 @@ _ELEMENTWISE_METHODS = {
 }  # fmt: skip
 _BINARY_METHODS = {"add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_"}
 _SHAPE_METHODS = {"size", "dim"}
-
-
-@dataclass(frozen=True)
-class _T:
-    """A feature tensor: ``axis`` carries ``space`` (other axes are not permuted)."""
-
-    space: int
-    axis: int
-
-
-@dataclass(frozen=True)
-class _P:
-    """A parameter used outside its module (``get_attr``), right-aligned with ``offset`` new
-    leading axes after ``expand``."""
-
-    key: str
-    ndim: int
-    offset: int = 0
-
-
-def _shape(node: Any) -> tuple[int, ...] | None:
-    if not isinstance(node, fx.Node):
-        return None
-    meta = node.meta.get("tensor_meta")
-    return tuple(meta.shape) if meta is not None and hasattr(meta, "shape") else None
+_TENSOR_ATTRIBUTES = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout"}
+_TORCHVISION_FUNCTIONS = {  # wrapped by torch.fx (one node each): name -> rule
+    "shifted_window_attention": "_window_attention",
+    "_get_relative_position_bias": "_relative_position_bias",
+    "_patch_merging_pad": "_patch_merging_pad",
+}
 
 
 def _describe(node: fx.Node) -> str:
@@ -98,24 +89,22 @@ def _describe(node: fx.Node) -> str:
     return f"node {node.name!r} ({node.op} {target})"
 
 
-def _arg(node: fx.Node, i: int, name: str, default: Any = None) -> Any:
-    return node.args[i] if i < len(node.args) else node.kwargs.get(name, default)
-
-
 def _nodes(args: Any) -> list[fx.Node]:
     out: list[fx.Node] = []
     fx.node.map_arg(args, out.append)
     return out
 
 
-class _Deriver:
+class _Deriver(AttentionRules):
     def __init__(self, gm: fx.GraphModule, model: nn.Module) -> None:
         self.gm = gm
         self.model = model
         self.sp = Spaces()
-        self.val: dict[fx.Node, _T | _P | None] = {}
+        self.val: dict[fx.Node, Feature | ParamUse | None] = {}
         self.members: list[Member] = []
         self.module_io: dict[str, tuple[int, int]] = {}
+        self.attn: dict[str, tuple[int, ...]] = {}
+        self.tables: dict[str, int] = {}
         self.points: list[tuple[str, int, int]] = []  # module name, space, priority
         self.node: fx.Node | None = None
 
@@ -123,15 +112,22 @@ class _Deriver:
     def err(self, msg: str) -> SpecDerivationError:
         return SpecDerivationError(f"{_describe(self.node)}: {msg}")  # type: ignore[arg-type]
 
-    def _in(self, node: fx.Node, i: int = 0) -> _T:
+    def _in(self, node: fx.Node, i: int = 0) -> Feature:
         arg = node.args[i] if i < len(node.args) else None
         v = self.val.get(arg) if isinstance(arg, fx.Node) else None
-        if not isinstance(v, _T):
+        if isinstance(arg, fx.Node) and v is None:  # a buffer or constant: not permuted
+            return Feature(Spaces.FIXED, 1)
+        if not isinstance(v, Feature):
             raise self.err(f"expected a feature tensor as argument {i}")
         return v
 
     def _fixed(self, s: int) -> bool:
         return self.sp.is_fixed(s)
+
+    def _sized(self, s: int, n: int) -> int:
+        """``s``, or a fixed space of ``n`` units if ``s`` is fixed (whose size may differ: the
+        fixed space stands for any unpermuted axis), to build concatenations and products."""
+        return self.sp.fixed_leaf(n) if self.sp.is_fixed(s) else s
 
     def _param(self, prefix: str, name: str, axes: tuple[int | None, ...], rows=None) -> None:
         key = f"{prefix}.{name}" if prefix else name
@@ -139,11 +135,11 @@ class _Deriver:
             if s is not None:
                 self.members.append((key, axis, s, rows))
 
-    def _point(self, target: str, v: _T, prio: int) -> None:
+    def _point(self, target: str, v: Feature, prio: int) -> None:
         if v.axis == 1:
             self.points.append((target, v.space, prio))
 
-    def _on_axis(self, v: _T, axis: int, what: str) -> int:
+    def _on_axis(self, v: Feature, axis: int, what: str) -> int:
         """The space of ``v`` if it sits on ``axis`` (a fixed space anywhere is fine)."""
         if v.axis != axis and not self._fixed(v.space):
             raise self.err(
@@ -161,7 +157,7 @@ class _Deriver:
         return s_in, s_out
 
     # -- modules ---------------------------------------------------------------------------
-    def call_module(self, node: fx.Node) -> _T | _P | None:
+    def call_module(self, node: fx.Node) -> Feature | ParamUse | None:
         target = str(node.target)
         mod = self.gm.get_submodule(target)
         shape_in = _shape(node.args[0]) if node.args else None
@@ -170,7 +166,7 @@ class _Deriver:
             nd = len(shape_in) if shape_in else 2
             s_in = self._on_axis(v, nd - 1, "Linear")
             s_in, s_out = self._layer(target, s_in, lambda: self.sp.new(mod.out_features, target))
-            out = _T(s_out, nd - 1)
+            out = Feature(s_out, nd - 1)
             self._point(target, out, 2)
             self._param(target, "weight", (s_out, s_in))
             if mod.bias is not None:
@@ -223,7 +219,7 @@ class _Deriver:
             "pooling and flatten; write a PermutationSpec by hand for this model"
         )
 
-    def _conv(self, node: fx.Node, target: str, mod: nn.Module) -> _T:
+    def _conv(self, node: fx.Node, target: str, mod: nn.Module) -> Feature:
         v = self._in(node)
         s_in = self._on_axis(v, 1, "Conv")
         g, cin, cout = mod.groups, mod.in_channels, mod.out_channels
@@ -236,7 +232,11 @@ class _Deriver:
             s_in, s_out = self._layer(
                 target,
                 s_in,
-                lambda: self.sp.kron([s_in, self.sp.fixed_leaf(m)], target) if m > 1 else s_in,
+                lambda: (
+                    self.sp.kron([self._sized(s_in, cin), self.sp.fixed_leaf(m)], target)
+                    if m > 1
+                    else s_in
+                ),
             )
             self._param(target, "weight", (s_out, None, *w))
         else:  # grouped: within-group permutations, each group its own
@@ -252,11 +252,11 @@ class _Deriver:
                 self._param(target, "weight", (outs[i], ins[i], *w), rows=(i * co, i * co + co))
         if mod.bias is not None:
             self._param(target, "bias", (s_out,))
-        out = _T(s_out, 1)
+        out = Feature(s_out, 1)
         self._point(target, out, 2)
         return out
 
-    def _layer_norm(self, v: _T, nd: int, nn_dims: int, target: str, mod: Any) -> None:
+    def _layer_norm(self, v: Feature, nd: int, nn_dims: int, target: str, mod: Any) -> None:
         first = nd - nn_dims
         if v.axis >= first and not self._fixed(v.space):
             for name in ("weight", "bias"):
@@ -270,73 +270,107 @@ class _Deriver:
                 else:
                     self._param(target, name, tuple(axes))
 
-    def _mha(self, node: fx.Node, target: str, mod: nn.MultiheadAttention) -> Any:
-        raise self.err("nn.MultiheadAttention is not supported yet; write a spec by hand")
-
     # -- shape ops -------------------------------------------------------------------------
-    def _flatten(self, node: fx.Node, start: int, end: int) -> _T | None:
+    def _flatten(self, node: fx.Node, start: int, end: int) -> Feature | None:
         v = self.val.get(node.args[0])
         s_in = _shape(node.args[0])
-        if not isinstance(v, _T) or s_in is None:
+        if not isinstance(v, Feature) or s_in is None:
             return self._generic(node)
         nd = len(s_in)
         start, end = start % nd, end % nd
         if not start <= v.axis <= end:
-            return _T(v.space, v.axis if v.axis < start else v.axis - (end - start))
+            return Feature(v.space, v.axis if v.axis < start else v.axis - (end - start))
         before = math.prod(s_in[start : v.axis])
         after = math.prod(s_in[v.axis + 1 : end + 1])
-        parts = [self.sp.fixed_leaf(before), v.space, self.sp.fixed_leaf(after)]
-        return _T(self.sp.kron(parts, node.name), start)
+        space = self._sized(v.space, s_in[v.axis])
+        parts = [self.sp.fixed_leaf(before), space, self.sp.fixed_leaf(after)]
+        return Feature(self.sp.kron(parts, node.name), start)
 
-    def _view(self, node: fx.Node) -> _T | None:
+    def _view(self, node: fx.Node) -> Feature | None:
         v = self.val.get(node.args[0])
         s_in, s_out = _shape(node.args[0]), _shape(node)
-        if not isinstance(v, _T) or s_in is None or s_out is None:
+        if not isinstance(v, Feature) or s_in is None or s_out is None:
             return self._generic(node)
         if self._fixed(v.space):
-            return _T(v.space, min(v.axis, len(s_out) - 1))
+            return Feature(Spaces.FIXED, min(v.axis, len(s_out) - 1))
         lead = math.prod(s_in[: v.axis])
         size = s_in[v.axis]
         pre = [math.prod(s_out[:k]) for k in range(len(s_out) + 1)]
         for k in range(len(s_out)):  # the axis kept (other axes merged or split around it)
             if pre[k] == lead and s_out[k] == size:
-                return _T(v.space, k)
+                return Feature(v.space, k)
         for k in range(len(s_out)):  # merged with neighbours into one output axis
             if pre[k] <= lead and lead * size * math.prod(s_in[v.axis + 1 :]) >= pre[k + 1]:
                 if lead % pre[k] == 0 and pre[k + 1] % (lead * size) == 0:
                     before, after = lead // pre[k], pre[k + 1] // (lead * size)
                     parts = [self.sp.fixed_leaf(before), v.space, self.sp.fixed_leaf(after)]
-                    return _T(self.sp.kron(parts, node.name), k)
+                    return Feature(self.sp.kron(parts, node.name), k)
+        for k0 in range(len(s_out)):  # split into several output axes
+            ends = [k for k in range(k0 + 1, len(s_out)) if pre[k + 1] == lead * size]
+            if pre[k0] == lead and ends:
+                return self._split_axis(node, v, list(s_out[k0 : ends[0] + 1]), k0)
         raise self.err(
-            f"reshape from {s_in} to {s_out} splits the permuted axis {v.axis}; only views "
-            "that keep it or merge it with its neighbours are supported"
+            f"reshape from {s_in} to {s_out} mixes the permuted axis {v.axis} with others; only "
+            "views that keep it, merge it with its neighbours or split it are supported"
         )
 
-    def _permute(self, node: fx.Node, dims: Any) -> _T | None:
+    def _split_axis(self, node: fx.Node, v: Feature, factors: list[int], first: int) -> Feature:
+        """A view splitting the permuted axis into ``factors`` (row-major): one factor carries
+        the permutation, the others are fixed, i.e. the space is restricted to
+        ``fixed (x) leaf (x) fixed``; a space that cannot be (e.g. different permutations on
+        the blocks a channel shuffle interleaves) is fixed. The factor is the one matching a
+        group already in the space's layout (a flatten undone), else the largest."""
+        t = max(range(len(factors)), key=lambda i: factors[i])
+        try:
+            layout = self.sp.layout(v.space)
+        except NotExpressible:
+            layout = []
+        if len(layout) == 1:
+            pos = 1
+            for g, n in layout[0]:
+                for i in range(len(factors)):
+                    if g is not None and math.prod(factors[:i]) == pos and factors[i] == n:
+                        t = i
+                pos *= n
+        root = self.sp.find(v.space)
+        leaf = self.sp.new(
+            factors[t], self.sp.name[root] if self.sp.kind[root] is None else node.name
+        )
+        parts = [
+            self.sp.fixed_leaf(math.prod(factors[:t])),
+            leaf,
+            self.sp.fixed_leaf(math.prod(factors[t + 1 :])),
+        ]
+        self.sp.union(v.space, self.sp.kron(parts, node.name))
+        return Feature(leaf, first + t)
+
+    def _permute(self, node: fx.Node, dims: Any) -> Feature | None:
         v = self.val.get(node.args[0])
-        if not isinstance(v, _T):
+        if not isinstance(v, Feature):
             return self._generic(node)
         nd = len(_shape(node) or dims)
         dims = [d % nd for d in dims]
-        return _T(v.space, dims.index(v.axis))
+        return Feature(v.space, dims.index(v.axis))
 
-    def _transpose(self, node: fx.Node) -> _T | None:
+    def _transpose(self, node: fx.Node) -> Feature | None:
         v = self.val.get(node.args[0])
-        if not isinstance(v, _T):
+        if not isinstance(v, Feature):
             return self._generic(node)
         nd = len(_shape(node) or ())
         a, b = _arg(node, 1, "dim0") % nd, _arg(node, 2, "dim1") % nd
-        return _T(v.space, b if v.axis == a else a if v.axis == b else v.axis)
+        return Feature(v.space, b if v.axis == a else a if v.axis == b else v.axis)
 
     # -- functions ---------------------------------------------------------------------------
-    def _broadcast(self, node: fx.Node, operands: list[Any]) -> _T | None:
+    def _broadcast(self, node: fx.Node, operands: list[Any]) -> Feature | None:
         """Elementwise op with broadcasting: the operands' permuted axes are merged."""
         out = _shape(node)
         nd = len(out) if out is not None else 0
-        feats = [(a, v) for a in operands if isinstance(v := self.val.get(a), _T) and a is not None]
+        feats = [
+            (a, v) for a in operands if isinstance(v := self.val.get(a), Feature) and a is not None
+        ]
         live = [(a, v) for a, v in feats if not self._fixed(v.space)]
         if not live:
-            return _T(Spaces.FIXED, feats[0][1].axis) if feats else self._generic(node)
+            return Feature(Spaces.FIXED, feats[0][1].axis) if feats else self._generic(node)
         axes = {v.axis + nd - len(_shape(a) or out or ()) for a, v in live}
         if len(axes) > 1:
             raise self.err("operands carry permuted features on different axes")
@@ -348,9 +382,9 @@ class _Deriver:
             v = self.val.get(a)
             shp = _shape(a) or ()
             pos = axis - (nd - len(shp))
-            if isinstance(v, _T) and not self._fixed(v.space):
+            if isinstance(v, Feature) and not self._fixed(v.space):
                 self.sp.union(space, v.space)
-            elif isinstance(v, _P):
+            elif isinstance(v, ParamUse):
                 pa = pos - v.offset
                 if 0 <= pa < v.ndim and shp[pos] > 1:
                     ax: list[int | None] = [None] * v.ndim
@@ -358,13 +392,13 @@ class _Deriver:
                     self._param("", v.key, tuple(ax))
             elif 0 <= pos < len(shp) and shp[pos] > 1:
                 self.sp.fix(space)  # a per-feature constant that is not a parameter
-        return _T(space, axis)
+        return Feature(space, axis)
 
-    def _cat(self, node: fx.Node) -> _T | None:
+    def _cat(self, node: fx.Node) -> Feature | None:
         tensors = list(_arg(node, 0, "tensors"))
         dim = _arg(node, 1, "dim", 0)
         vals = [self.val.get(t) for t in tensors]
-        feats = [v for v in vals if isinstance(v, _T) and not self._fixed(v.space)]
+        feats = [v for v in vals if isinstance(v, Feature) and not self._fixed(v.space)]
         if not feats:
             return self._broadcast(node, tensors)
         nd = len(_shape(node) or ())
@@ -374,10 +408,60 @@ class _Deriver:
         parts = []
         for t, v in zip(tensors, vals):
             n = (_shape(t) or (0,) * nd)[dim]
-            parts.append(v.space if isinstance(v, _T) and v.axis == dim else self.sp.fixed_leaf(n))
-        return _T(self.sp.cat(parts, node.name), dim)
+            on_dim = isinstance(v, Feature) and v.axis == dim
+            parts.append(self._sized(v.space, n) if on_dim else self.sp.fixed_leaf(n))
+        return Feature(self.sp.cat(parts, node.name), dim)
 
-    def _reduce(self, node: fx.Node) -> _T:
+    def _index(self, node: fx.Node, v: Feature) -> Feature | None:
+        """``x[...]`` with ints, slices, ``None`` and ``...``: a slice of the permuted axis is a
+        block of its space; one unit of it (an int) is only exact unpermuted (fixed)."""
+        idx = node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],)
+        shp = _shape(node.args[0]) or ()
+        if any(not (i is None or i is Ellipsis or isinstance(i, (int, slice))) for i in idx):
+            raise self.err("indexing a feature tensor with tensors or lists is not supported")
+        used = sum(i is not None and i is not Ellipsis for i in idx)
+        items: list[Any] = []
+        for i in idx:
+            items.extend([slice(None)] * (len(shp) - used) if i is Ellipsis else [i])
+        ax_in = ax_out = 0
+        for i in items:
+            if i is None:
+                ax_out += 1
+                continue
+            if ax_in == v.axis:
+                if isinstance(i, int):
+                    self.sp.fix(v.space)
+                    return None
+                if any(isinstance(b, fx.Node) for b in (i.start, i.stop, i.step)):
+                    raise self.err(
+                        "slicing the permuted axis with computed bounds is not supported"
+                    )
+                n = shp[ax_in]
+                start, stop, step = i.indices(n)
+                if step != 1 or stop <= start:
+                    self.sp.fix(v.space)
+                    return Feature(Spaces.FIXED, ax_out)
+                sizes = [m for m in (start, stop - start, n - stop) if m]
+                parts = self.sp.split(v.space, sizes)
+                return Feature(parts[1 if start else 0], ax_out)
+            ax_out += isinstance(i, slice)
+            ax_in += 1
+        return Feature(v.space, ax_out + v.axis - ax_in)
+
+    def _split(self, node: fx.Node, dim: int) -> Several | None:
+        """``chunk``/``split``: pieces along the permuted axis are blocks of its space."""
+        v = self.val.get(node.args[0])
+        meta = node.meta.get("tensor_meta")
+        if not isinstance(v, Feature) or not isinstance(meta, (tuple, list)):
+            return self._generic(node)
+        shapes = [tuple(m.shape) for m in meta]
+        dim %= len(shapes[0])
+        if dim != v.axis or self._fixed(v.space):
+            return Several(tuple(v for _ in shapes))
+        parts = self.sp.split(v.space, [s[dim] for s in shapes])
+        return Several(tuple(Feature(p, dim) for p in parts))
+
+    def _reduce(self, node: fx.Node) -> Feature:
         v = self._in(node)
         dims = _arg(node, 1, "dim")
         nd = len(_shape(node.args[0]) or (0,) * 4)
@@ -385,15 +469,21 @@ class _Deriver:
         if not dims or any(d % nd in (0, v.axis) for d in dims):
             raise self.err("reductions over the batch or the permuted axis are not supported")
         keep = _arg(node, 2, "keepdim", False)
-        return _T(v.space, v.axis if keep else v.axis - sum(d % nd < v.axis for d in dims))
+        return Feature(v.space, v.axis if keep else v.axis - sum(d % nd < v.axis for d in dims))
+
+    def _live(self, v: Any) -> bool:
+        """Whether ``v`` carries a permuted axis (a tuple: in one of its items)."""
+        if isinstance(v, Several):
+            return any(self._live(i) for i in v.items)
+        return isinstance(v, Feature) and not self._fixed(v.space)
 
     def _generic(self, node: fx.Node) -> None:
         """A node reading no feature tensor (shapes, asserts, masks) carries no permutation."""
         for a in _nodes((node.args, node.kwargs)):
             v = self.val.get(a)
-            if isinstance(v, _T) and not self._fixed(v.space):
+            if self._live(v):
                 raise self.err("cannot derive how a permutation passes through this operation")
-            if isinstance(v, _P):
+            if isinstance(v, ParamUse):
                 raise self.err(
                     f"parameter {v.key!r} is used outside its module in a way derive_spec "
                     "does not know; write a PermutationSpec by hand"
@@ -406,7 +496,7 @@ class _Deriver:
         if fn in _BINARY_FUNCTIONS:
             return self._broadcast(node, list(node.args[:2]))
         if fn in _ELEMENTWISE_FUNCTIONS or name in _ELEMENTWISE_NAMES:
-            return self._in(node) if isinstance(self.val.get(node.args[0]), _T) else None
+            return self._in(node) if isinstance(self.val.get(node.args[0]), Feature) else None
         if fn is torch.flatten:
             return self._flatten(node, _arg(node, 1, "start_dim", 0), _arg(node, 2, "end_dim", -1))
         if fn is torch.cat or fn is torch.concat:
@@ -425,15 +515,24 @@ class _Deriver:
             params = {}
             for i, pname in ((2, "weight"), (3, "bias")):
                 p = self.val.get(_arg(node, i, pname))
-                if isinstance(p, _P):
+                if isinstance(p, ParamUse):
                     params[pname] = p.key
             self._layer_norm(v, len(_shape(node) or ()), len(shp), "", params)
             return v
         if fn is operator.getitem:
             src = self.val.get(node.args[0])
-            if isinstance(src, _T) and not self._fixed(src.space):
-                raise self.err("indexing a feature tensor is not supported")
+            if isinstance(src, Several) and isinstance(node.args[1], int):
+                return src.items[node.args[1]]
+            if isinstance(src, Feature) and not self._fixed(src.space):
+                return self._index(node, src)
             return self._generic(node)
+        if fn is getattr and node.args[1] in _TENSOR_ATTRIBUTES:
+            return None
+        if fn in (torch.chunk, torch.split):
+            return self._split(node, _arg(node, 2, "dim", 0))
+        rule = _TORCHVISION_FUNCTIONS.get(name)
+        if rule and getattr(fn, "__module__", "").startswith("torchvision."):
+            return getattr(self, rule)(node)
         return self._generic(node)
 
     def call_method(self, node: fx.Node) -> Any:
@@ -444,7 +543,7 @@ class _Deriver:
         if name in _BINARY_METHODS:
             return self._broadcast(node, list(node.args[:2]))
         if name in _ELEMENTWISE_METHODS:
-            return src if isinstance(src, (_T, _P)) else self._generic(node)
+            return src if isinstance(src, (Feature, ParamUse)) else self._generic(node)
         if name == "flatten":
             return self._flatten(node, _arg(node, 1, "start_dim", 0), _arg(node, 2, "end_dim", -1))
         if name in ("view", "reshape", "squeeze", "unsqueeze"):
@@ -455,11 +554,13 @@ class _Deriver:
             return self._permute(node, dims)
         if name == "transpose":
             return self._transpose(node)
-        if name == "expand" and isinstance(src, _P):
-            return _P(src.key, src.ndim, len(_shape(node) or ()) - src.ndim)
+        if name == "expand" and isinstance(src, ParamUse):
+            return ParamUse(src.key, src.ndim, len(_shape(node) or ()) - src.ndim)
         if name in ("mean", "amax", "sum"):
             return self._reduce(node)
-        if isinstance(src, _T) and not self._fixed(src.space):
+        if name in ("chunk", "split"):
+            return self._split(node, _arg(node, 2, "dim", 0))
+        if isinstance(src, Feature) and not self._fixed(src.space):
             raise self.err(f"cannot derive how a permutation passes through method .{name}()")
         return self._generic(node)
 
@@ -467,19 +568,20 @@ class _Deriver:
         for node in self.gm.graph.nodes:
             self.node = node
             if node.op == "placeholder":
-                self.val[node] = _T(Spaces.FIXED, 1)
+                self.val[node] = Feature(Spaces.FIXED, 1)
             elif node.op == "get_attr":
                 t = self.gm.get_parameter(node.target) if _is_param(self.gm, node.target) else None
                 key = str(node.target)
                 if t is None:
                     self.val[node] = None  # a buffer or constant: not permuted
                 else:
-                    self.val[node] = _P(key, t.ndim)
+                    self.val[node] = ParamUse(key, t.ndim)
             elif node.op == "output":
                 for a in _nodes(node.args):
                     v = self.val.get(a)
-                    if isinstance(v, _T):
-                        self.sp.fix(v.space)
+                    for f in v.items if isinstance(v, Several) else (v,):
+                        if isinstance(f, Feature):
+                            self.sp.fix(f.space)
             else:
                 try:
                     self.val[node] = getattr(self, node.op)(node)

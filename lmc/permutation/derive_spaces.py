@@ -11,11 +11,54 @@ structures cannot be reconciled exactly, both are fixed: fewer permutations, nev
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
+
+from torch import fx
 
 from lmc.permutation.spec import Axes, PermutationSpec, Piece
 
 Segment = list[tuple[int | None, int]]  # factors (group root or None, size), row-major
 Layout = list[Segment]  # concatenated segments
+
+
+def node_shape(node: Any) -> tuple[int, ...] | None:
+    """The shape :class:`torch.fx.passes.shape_prop.ShapeProp` recorded for a tensor node."""
+    if not isinstance(node, fx.Node):
+        return None
+    meta = node.meta.get("tensor_meta")
+    return tuple(meta.shape) if meta is not None and hasattr(meta, "shape") else None
+
+
+def node_arg(node: fx.Node, i: int, name: str, default: Any = None) -> Any:
+    """Argument ``i`` (or keyword ``name``) of a graph node."""
+    return node.args[i] if i < len(node.args) else node.kwargs.get(name, default)
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A feature tensor in the traced graph: ``axis`` carries ``space`` (other axes are not
+    permuted)."""
+
+    space: int
+    axis: int
+
+
+@dataclass(frozen=True)
+class ParamUse:
+    """A parameter used outside its module (``get_attr``), right-aligned with ``offset`` new
+    leading axes after ``expand``."""
+
+    key: str
+    ndim: int
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class Several:
+    """A tuple of values (``chunk``/``split`` pieces, attention's output and weights)."""
+
+    items: tuple[Any, ...]
 
 
 class NotExpressible(ValueError):
@@ -141,6 +184,16 @@ class Spaces:
             parts = [self.new(n, f"{self.name[r]}:{i}") for i, n in enumerate(sizes)]
             self.union(r, self.new(self.size[r], self.name[r], "cat", parts))
             return parts
+        if (
+            self.kind[r] == "kron"
+        ):  # (a1 | a2) (x) b = (a1 (x) b) | (a2 (x) b): split the first factor
+            kids = self._flat_kids(r)
+            inner = math.prod(self.size[k] for k in kids[1:])
+            if all(n % inner == 0 for n in sizes):
+                heads = self.split(kids[0], [n // inner for n in sizes])
+                return [
+                    self.kron([h, *kids[1:]], f"{self.name[r]}:{i}") for i, h in enumerate(heads)
+                ]
         parts = [self.new(n, f"{self.name[r]}:{i}") for i, n in enumerate(sizes)]
         self.union(r, self.new(self.size[r], self.name[r], "cat", parts))
         return [p if not self.is_fixed(p) else self.fixed_leaf(n) for p, n in zip(parts, sizes)]
@@ -217,7 +270,8 @@ def build_axes(
             for axis, n in enumerate(shape):
                 sel = [m for m in ms if m[1] == axis and (m[3] is None or m[3] == block)]
                 size = block[1] - block[0] if (axis == 0 and block is not None) else n
-                lay.append(sp.layout(sel[0][2]) if sel else [[(None, size)]])
+                live = sel and not sp.is_fixed(sel[0][2])  # a fixed space: any size
+                lay.append(sp.layout(sel[0][2]) if live else [[(None, size)]])
             plain = plain and block is None and all(len(lo) == 1 and len(lo[0]) == 1 for lo in lay)
             combos: list[tuple[list[tuple[int, int]], list[int], list[str | None]]] = [([], [], [])]
             for axis, lo in enumerate(lay):

@@ -46,6 +46,7 @@ from torch import Tensor, nn
 
 from lmc.permutation._costs import Member, Problem, SourceCache
 from lmc.permutation.apply import apply_permutation
+from lmc.permutation.coupled import coupled_start
 from lmc.permutation.lap import LapInputError, LapSolution, LapSolver, TimedSolver
 from lmc.permutation.spec import (
     Permutation,
@@ -164,7 +165,8 @@ def weight_matching(
         solver: LAP solver name or callable; default ``"scipy"`` for plain and ``"sap"``
             (which returns duals and takes a warm start) for accelerated.
         init: starting permutation, or the ``state`` of a previous result (permutation and
-            duals) to warm-start; identity if omitted.
+            duals) to warm-start; identity if omitted (attention heads: paired by
+            :func:`lmc.permutation.coupled.coupled_start`).
         max_sweeps: upper bound on the number of sweeps.
         tol: a group's new assignment replaces the current one only if it improves that
             group's objective by more than ``tol * n * max|C|``; ties keep the current one.
@@ -228,11 +230,17 @@ def weight_matching(
                     "pass the state of a matching of the same architecture, or drop the duals"
                 )
             duals[g] = (u.astype(np.float64), v.astype(np.float64))
+    # coupled groups (attention heads) start paired and stay so until the other groups have
+    # converged around them (lmc.permutation.coupled); every other group starts at the identity
+    frozen: set[str] = set()
     if init_perm is not None:
         check_permutation(init_perm, sizes)
         perm = {g: init_perm[g].to(device, torch.long) for g in sizes}
     else:
         perm = {g: torch.arange(n, device=device) for g, n in sizes.items()}
+        start = coupled_start(a, b, spec) or {}
+        perm.update({g: p.to(device) for g, p in start.items()})
+        frozen = set(start)
 
     cost_seconds = 0.0
     t0 = time.perf_counter()
@@ -274,6 +282,8 @@ def weight_matching(
         improved_any = False
         for i in rng.permutation(len(groups)):
             g = groups[i]
+            if g in frozen:
+                continue
             if accelerated and not needs_solve(g):
                 continue  # its cost matrix is the one it was last solved for
             t0 = time.perf_counter()
@@ -304,6 +314,9 @@ def weight_matching(
             problem.refresh(g, prods, perm)
             del c_t, prods
         history.append(problem.total())
+        if frozen and not improved_any:  # the rest converged around the coupled groups
+            frozen = set()
+            continue
         if not accelerated and not improved_any:
             converged = True
             break

@@ -18,7 +18,13 @@ import torch
 import torchvision.models as tvm
 from torch import nn
 from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+from torchvision.models.swin_transformer import (
+    PatchMergingV2,
+    SwinTransformer,
+    SwinTransformerBlockV2,
+)
 from torchvision.models.vgg import VGG, make_layers
+from torchvision.models.vision_transformer import VisionTransformer
 
 from lmc.interpolation.states import lerp_state
 from lmc.permutation import (
@@ -35,12 +41,7 @@ KWARGS = {  # auxiliary heads only exist in training mode and return a tuple: of
     "inception_v3": {"aux_logits": False, "init_weights": False},
 }
 SIZE = {"inception_v3": 80}  # smallest input each model accepts (others: 64)
-LEFT_OUT = {
-    "swin_t": "shifted_window_attention (fx-wrapped function over the raw qkv/proj weights) "
-    "is not handled yet",
-    "swin_v2_t": "shifted_window_attention (fx-wrapped function over the raw qkv/proj weights) "
-    "is not handled yet",
-}
+LEFT_OUT: dict[str, str] = {}  # name -> why the contract cannot hold (none at torchvision 0.29)
 
 
 def _params(name: str) -> int:
@@ -124,6 +125,24 @@ def _convnext() -> nn.Module:
     return ConvNeXt([CNBlockConfig(16, 32, 2), CNBlockConfig(32, None, 1)], num_classes=10)
 
 
+def _vit() -> nn.Module:
+    """A small torchvision ViT: 4 heads of 8 dimensions, two encoder blocks."""
+    return VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=32, mlp_dim=64,
+        num_classes=10,
+    )  # fmt: skip
+
+
+def _swin(v2: bool = False) -> nn.Module:
+    """A small torchvision Swin (V2: cosine attention, bias MLP, patch merging V2): a shifted
+    window block in each of two stages."""
+    extra = {"block": SwinTransformerBlockV2, "downsample_layer": PatchMergingV2} if v2 else {}
+    return SwinTransformer(
+        patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=[4, 4],
+        num_classes=10, **extra,
+    )  # fmt: skip
+
+
 def _tv(name: str, **kw):
     return lambda: tvm.get_model(name, weights=None, **{**KWARGS.get(name, {}), **kw})
 
@@ -143,6 +162,9 @@ HANDFUL = [
         _tv("regnet_y_400mf", num_classes=10), 32, id="regnet_y_400mf", marks=pytest.mark.slow
     ),
     pytest.param(_tv("squeezenet1_1", num_classes=10), 64, id="squeezenet1_1"),
+    pytest.param(_vit, 32, id="vit-small"),
+    pytest.param(_swin, 32, id="swin-small"),
+    pytest.param(lambda: _swin(v2=True), 32, id="swin_v2-small", marks=pytest.mark.slow),
 ]
 
 
