@@ -7,6 +7,7 @@ on first use, so the loaders work with or without ``setup`` (e.g. from a noteboo
 
 from __future__ import annotations
 
+import math
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -229,12 +230,16 @@ def seeded_generator(seed: int, stream: int = 0) -> torch.Generator:
 
 
 def held_bytes(dataset: Dataset) -> int:
-    """Bytes of the tensors an in-memory split holds (images, labels, indices)."""
-    if isinstance(dataset, InMemoryImageDataset):
-        tensors = (dataset.images, dataset.labels, dataset.indices)
-    else:
-        tensors = dataset.tensors  # type: ignore[attr-defined]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    """Bytes of the tensors an in-memory split holds (images, labels, indices; without
+    augmentation also its normalised float32 copy)."""
+    if not isinstance(dataset, InMemoryImageDataset):
+        return sum(t.numel() * t.element_size() for t in dataset.tensors)  # type: ignore[attr-defined]
+    held = sum(
+        t.numel() * t.element_size() for t in (dataset.images, dataset.labels, dataset.indices)
+    )
+    if dataset.augment is None:
+        held += 4 * len(dataset) * math.prod(dataset.images.shape[1:])
+    return held
 
 
 class DeviceBatches:

@@ -159,19 +159,28 @@ class InMemoryImageDataset(Dataset):
         self._scale = 1.0 / (255.0 * self.std)
         self._shift = -self.mean / self.std
         self.augment = augment if augment is not None and augment.active else None
+        self._normalized: Tensor | None = None  # without augmentation: the subset, normalised
 
     def __len__(self) -> int:
         return len(self.indices)
 
     def batch(self, idx: Sequence[int] | Tensor) -> tuple[Tensor, Tensor]:
-        """Return ``(images, labels)`` at positions ``idx``, stacked: (B, C, H, W), (B,)."""
-        rows = self.indices[torch.as_tensor(idx, dtype=torch.long, device=self.indices.device)]
-        x = self.images[rows]
-        if self.augment is not None:
-            x = self.augment(
-                x
-            )  # on raw uint8 pixels: padding and fill are black, as in torchvision
-        return torch.addcmul(self._shift, x.float(), self._scale), self.labels[rows]
+        """Return ``(images, labels)`` at positions ``idx``, stacked: (B, C, H, W), (B,).
+
+        Without augmentation the subset is normalised once, on first use, and batches are
+        gathered from it (the same values: normalisation is elementwise); with augmentation
+        every batch is augmented on raw uint8 pixels (padding and fill black, as in
+        torchvision), then normalised."""
+        pos = torch.as_tensor(idx, dtype=torch.long, device=self.indices.device)
+        rows = self.indices[pos]
+        if self.augment is None:
+            if self._normalized is None:
+                self._normalized = self._normalize(self.images[self.indices])
+            return self._normalized[pos], self.labels[rows]
+        return self._normalize(self.augment(self.images[rows])), self.labels[rows]
+
+    def _normalize(self, x: Tensor) -> Tensor:
+        return torch.addcmul(self._shift, x.float(), self._scale)
 
     def to(self, device: torch.device | str) -> InMemoryImageDataset:
         """This dataset with its pixels, labels and indices on ``device`` (itself if there)."""
@@ -181,6 +190,7 @@ class InMemoryImageDataset(Dataset):
         out = copy.copy(self)
         for name in ("images", "labels", "indices", "mean", "std", "_scale", "_shift"):
             setattr(out, name, getattr(self, name).to(device))
+        out._normalized = None  # normalised again on the device, when first used
         return out
 
     def __getitems__(self, idx: Sequence[int]) -> SampleList:

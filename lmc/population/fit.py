@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -418,6 +419,10 @@ class PopulationFit:
         return out
 
     def _log_members(self) -> None:
+        with warnings.catch_warnings():
+            self._replay_members()
+
+    def _replay_members(self) -> None:
         """Each member's metrics to its own run of every logger kind the population used: a
         CSV ``metrics.csv`` and a W&B run (grouped with the population's) in its folder, as
         its sequential twin would have them. Written once the population's own runs are
@@ -425,6 +430,8 @@ class PopulationFit:
         for logger in self.loggers:
             if isinstance(logger, WandbLogger) and logger._experiment is not None:
                 logger.experiment.finish()
+        # the member folders already hold their checkpoints and config: not an old run's logs
+        warnings.filterwarnings("ignore", "Experiment logs directory .* exists and is not empty")
         for k, seed in enumerate(self.seeds):
             folder = self.member_dir(seed)
             cfg = yaml.safe_load((folder / "config.yaml").read_text())

@@ -81,15 +81,10 @@ class TrainTask(L.LightningModule, ABC):
             self.net.compile()
             self._compiled = True
 
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        if self.channels_last and isinstance(batch, (tuple, list)) and batch:
-            x = batch[0]
-            if isinstance(x, Tensor) and x.ndim == 4:
-                batch = (x.contiguous(memory_format=torch.channels_last), *batch[1:])
-        return batch
-
     def _shared_step(self, batch: Any, stage: str) -> Tensor:
         x, y = batch
+        if self.channels_last and x.ndim == 4:  # image batches as the weights: NHWC
+            x = x.contiguous(memory_format=torch.channels_last)
         out = self(x)
         loss = self.loss(out, y)
         self.losses[f"{stage}_"].update(loss.detach(), weight=x.shape[0])

@@ -36,12 +36,18 @@ class Seen(L.Callback):
         self.weight_cl: list[bool] = []
         self.out_dtype: list[torch.dtype] = []
 
+    def on_fit_start(self, trainer, pl_module) -> None:
+        pl_module.net.register_forward_pre_hook(self._input)
+
+    def _input(self, net, args) -> None:
+        if net.training:
+            self.batch_cl.append(args[0].is_contiguous(memory_format=torch.channels_last))
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         cl = torch.channels_last
-        self.batch_cl.append(batch[0].is_contiguous(memory_format=cl))
         self.weight_cl.append(pl_module.net[0].weight.is_contiguous(memory_format=cl))
-        with trainer.precision_plugin.forward_context():
-            self.out_dtype.append(pl_module(batch[0]).dtype)
+        with trainer.precision_plugin.forward_context(), torch.no_grad():
+            self.out_dtype.append(pl_module.net[0](batch[0]).dtype)
 
 
 def fit(root, precision: str = "32-true", device: str = "cpu", **task):
@@ -68,7 +74,8 @@ def fit(root, precision: str = "32-true", device: str = "cpu", **task):
 def check_channels_last(root, device: str = "cpu") -> None:
     ref, seen_ref = fit(root, device=device)
     cl, seen = fit(root, device=device, channels_last=True)
-    assert all(seen.batch_cl) and all(seen.weight_cl) and not any(seen_ref.weight_cl)
+    assert seen.batch_cl and all(seen.batch_cl) and all(seen.weight_cl)
+    assert not any(seen_ref.weight_cl) and not any(seen_ref.batch_cl)
     for k in ref:
         torch.testing.assert_close(cl[k], ref[k], atol=1e-4, rtol=1e-4)
 
