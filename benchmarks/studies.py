@@ -1,10 +1,10 @@
 """The papers' studies at CPU scale (issue #20): run each through the study engine, read the
 headline numbers from its results table.
 
-Runs ``configs/studies/<name>.yaml`` for 000_init_scale, 004_merge_n, 000_pruning and 003_width
-(``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>, then its
-report), one after the other; a folder that already holds the study's done jobs is not redone
-(the engine skips them), so a second call only reads. The numbers come from
+Runs ``configs/studies/<name>.yaml`` for 000_init_scale, 000_training, 004_merge_n, 000_pruning
+and 003_width (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
+then its report), one after the other; a folder that already holds the study's done jobs is not
+redone (the engine skips them), so a second call only reads. The numbers come from
 :func:`lmc.studies.results.results` (one row per job and metric), never from logs:
 
 * ``pruning_lowers_barrier`` (000 Table 1): the fraction of (strategy, rate > 0) cells whose
@@ -15,6 +15,9 @@ report), one after the other; a folder that already holds the study's done jobs 
 * ``init_scale_fit_r2`` (000 Fig. 2): R² of the fit L = e^{aH+b} of the normalised matched
   train loss barrier against the largest per-layer Gaussian entropy, over the pairs whose
   barrier is positive (``init_scale_fit_points`` = positive / all pairs; the fit's ``a``);
+* ``training_barrier_{init,trained}_deg{1,3}`` and ``training_entropy_...`` (000 §4.2): the
+  matched test barrier and first-layer H_Δ of the polynomial MLPs at initialization and
+  trained, mean over seeds;
 * ``width_barrier_peak_width`` (003 §4): the student width above the teacher's whose mean
   matched barrier is largest (``..._small_width`` and ``..._large_width`` give the barrier at
   the smallest and largest width).
@@ -47,10 +50,11 @@ from lmc.studies.report import write_report  # noqa: E402
 from lmc.studies.results import results  # noqa: E402
 
 STUDIES = ROOT / "configs" / "studies"
-ORDER = ("000_init_scale", "004_merge_n", "000_pruning", "003_width")
+ORDER = ("000_init_scale", "000_training", "004_merge_n", "000_pruning", "003_width")
 STRATEGY = "trainer.callbacks.init_args.strategy"
 RATE = "trainer.callbacks.init_args.rate"
 WIDTH = "model.init_args.net.init_args.width"
+LR = "model.init_args.optimizer.init_args.lr"
 TEACHER_WIDTH = 4  # configs/synthetic/teacher_student.yaml, data.init_args.teacher_width
 MNIST, FMNIST = "lmc.data.MNISTDataModule", "lmc.data.FashionMNISTDataModule"
 
@@ -102,6 +106,22 @@ def init_scale(table: pd.DataFrame) -> dict[str, float]:
     }
 
 
+def training(table: pd.DataFrame) -> dict[str, float]:
+    """000 §4.2: the matched test barrier and the first-layer H_Δ at initialization (learning
+    rate 0) and trained, per polynomial degree, mean over seeds."""
+    out = {}
+    for degree in (1, 3):
+        for lr, when in ((0.0, "init"), (0.001, "trained")):
+            for stage, metric, key in (
+                ("barrier", "barrier_loss_matched", "training_barrier"),
+                ("train", "entropy/layers.0", "training_entropy"),
+            ):
+                rows = _metric(table, stage, metric)
+                rows = rows[(rows["data.init_args.degree"] == degree) & (rows[LR] == lr)]
+                out[f"{key}_{when}_deg{degree}"] = float(rows["value"].mean())
+    return out
+
+
 def width(table: pd.DataFrame) -> dict[str, float]:
     """003 §4: the width above the teacher's with the largest mean matched barrier."""
     rows = _metric(table, "barrier", "barrier_loss_matched")
@@ -116,12 +136,19 @@ def width(table: pd.DataFrame) -> dict[str, float]:
 
 READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "000_init_scale": init_scale,
+    "000_training": training,
     "004_merge_n": merge_n,
     "000_pruning": pruning,
     "003_width": width,
 }
 KEYS = {
     "000_init_scale": ["init_scale_fit_r2", "init_scale_fit_a", "init_scale_fit_points"],
+    "000_training": [
+        f"training_{k}_{when}_deg{d}"
+        for d in (1, 3)
+        for when in ("init", "trained")
+        for k in ("barrier", "entropy")
+    ],
     "004_merge_n": [
         "stemm_acc_n8",
         "mergemany_acc_n8",

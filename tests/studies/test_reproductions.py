@@ -101,7 +101,7 @@ def values(table: Any, stage: str, metric: str, **where: Any) -> list[float]:
 
 def test_every_study_file_plans():
     """Every shipped study parses, checks against its configs and plans (no job runs)."""
-    expected = {"004_merge_n": 36, "000_init_scale": 63, "000_pruning": 140}
+    expected = {"004_merge_n": 36, "000_init_scale": 63, "000_pruning": 140, "000_training": 60}
     for name, jobs in expected.items():
         assert len(plan(load_study(STUDIES / f"{name}.yaml"))) == jobs, name
 
@@ -207,3 +207,41 @@ def test_000_pruning(tmp_path):
         dense = values(table, "train", "entropy/layers.0", **{strategy: s, rate: 0.0})
         pruned = values(table, "train", "entropy/layers.0", **{strategy: s, rate: 0.5})
         assert len(dense) == len(pruned) == 2 and max(pruned) < min(dense), s
+
+
+def test_000_training(tmp_path):
+    """Both polynomial tasks, at initialization (learning rate 0) and trained, two seeds each as
+    one population: a barrier per cell, and at learning rate 0 the weights stay the init, so
+    the first-layer entropy is the same for both degrees (the init does not see the data)."""
+    lr = "model.init_args.optimizer.init_args.lr"
+    path = tiny_study(
+        "000_training",
+        tmp_path,
+        grid={"seed_everything": [0, 1]},
+        train_args=[
+            "--trainer.max_epochs=2",
+            "--data.init_args.n_train=64",
+            "--data.init_args.n_val=32",
+            "--data.init_args.n_test=32",
+            "--trainer.callbacks.init_args.every_n_epochs=1",
+        ],
+        stage_args={
+            "barrier": [
+                "--model.init_args.num_alphas=3",
+                "--data.init_args.n_train=64",
+                "--data.init_args.n_test=32",
+            ]
+        },
+    )
+    table = run(path, tmp_path)
+    for degree in (1, 3):
+        for rate in (0.0, 0.001):
+            cell = {"data.init_args.degree": degree, lr: rate}
+            assert len(values(table, "barrier", "barrier_loss_matched", **cell)) == 1, cell
+    at_init = {
+        degree: sorted(
+            values(table, "train", "entropy/layers.0", **{"data.init_args.degree": degree, lr: 0.0})
+        )
+        for degree in (1, 3)
+    }
+    assert len(at_init[1]) == 2 and at_init[1] == at_init[3]
