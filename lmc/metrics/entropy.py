@@ -186,3 +186,20 @@ def layer_entropies(
         name: neuron_entropy(effective_weight(m), bits, value_range, differential, mode)
         for name, m in weight_layers(model, layers).items()
     }
+
+
+def gaussian_layer_entropies(
+    model: nn.Module, layers: Iterable[str] | None = None
+) -> dict[str, float]:
+    """The Gaussian closed form ½ ln(2πe σ̂²) of every Linear/Conv layer of ``model``, σ̂ the
+    standard deviation of the layer's weight elements (pruned weights masked).
+
+    000 A.1.1 computes the init-scale study's entropy this way: H̃ of weights drawn i.i.d. from
+    N(0, (c_d σ_He)²) is ½ ln(2πe (c_d σ_He)²), and σ̂ is that std up to sampling noise. For any
+    other distribution of the same variance it is an upper bound (the Gaussian maximises
+    entropy), so for trained weights use :func:`layer_entropies`.
+    """
+    return {
+        name: gaussian_entropy(float(effective_weight(m).detach().double().std()))
+        for name, m in weight_layers(model, layers).items()
+    }

@@ -76,13 +76,25 @@ def _resolve(args: tuple[str, ...]) -> dict[str, Any]:
     return yaml.safe_load(cli._parser(sub).dump(cli.config[sub], skip_none=False))
 
 
+def _child(node: Any, part: str) -> Any:
+    """``node[part]``, or ``KeyError``; in a list (e.g. ``trainer.callbacks``) the key is looked
+    up in its last entry, as the CLI applies ``--trainer.callbacks.init_args.rate`` there."""
+    if isinstance(node, list) and node:
+        node = node[-1]
+    if not isinstance(node, Mapping) or part not in node:
+        raise KeyError(part)
+    return node[part]
+
+
 def has_key(cfg: Mapping[str, Any], dotted: str) -> bool:
-    """Whether ``cfg`` has the dotted key ``dotted`` (``a.b.c`` = ``cfg["a"]["b"]["c"]``)."""
+    """Whether ``cfg`` has the dotted key ``dotted`` (``a.b.c`` = ``cfg["a"]["b"]["c"]``; a
+    list stands for its last entry)."""
     node: Any = cfg
     for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
+        try:
+            node = _child(node, part)
+        except KeyError:
             return False
-        node = node[part]
     return True
 
 
@@ -90,9 +102,12 @@ def _near(cfg: Mapping[str, Any], dotted: str) -> str:
     node: Any = cfg
     prefix = []
     for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
+        try:
+            node, prefix = _child(node, part), [*prefix, part]
+        except KeyError:
             break
-        node, prefix = node[part], [*prefix, part]
+    if isinstance(node, list) and node:
+        node = node[-1]
     keys = sorted(node) if isinstance(node, Mapping) else []
     where = ".".join(prefix) or "the top level"
     return f"keys under {where}: {', '.join(keys)}" if keys else f"{where} holds no keys"
@@ -141,5 +156,7 @@ def check_study(study: Study) -> dict[str, dict[str, Any]]:
                 f"training (trainer.max_epochs={max_epochs}), so a child would not train"
             )
     for stage in study.evaluate:
-        resolved[stage.name] = resolve_config(["validate", *config_args(stage.configs, stage.args)])
+        resolved[stage.name] = resolve_config(
+            [stage.command, *config_args(stage.configs, stage.args)]
+        )
     return resolved

@@ -169,7 +169,7 @@ def _evaluate_jobs(
         values = [m.coordinates[select.vary] for m in members]
         coords[select.vary] = values[1] if isinstance(select, Pairs) else values
         args = (
-            "validate",
+            stage.command,
             *config_args(stage.configs, stage.args),
             *_coord_args({k: first[k] for k in passed}),
         )
@@ -177,11 +177,11 @@ def _evaluate_jobs(
         jobs.append(
             Job(
                 stage.name,
-                "validate",
+                stage.command,
                 coords,
                 args,
                 inputs,
-                job_id(stage.name, "validate", args, inputs, stage.configs),
+                job_id(stage.name, stage.command, args, inputs, stage.configs),
             )
         )
     if not jobs:

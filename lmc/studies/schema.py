@@ -20,6 +20,7 @@ Layout (paths relative to the study file)::
       - name: merge
         kind: merge                                 # barrier | curve: pairs; merge: groups
         config: merge.yaml
+        command: validate                           # optional; fit: a task trained from them
         groups: {over: [model.init_args.net.init_args.width], vary: seed_everything}
     figures:                                        # optional: the report's figures
       - {name: barrier_vs_width, kind: line, stage: barrier,
@@ -48,6 +49,8 @@ import yaml
 TRAIN_STAGE = "train"
 # kind -> how it selects its models: two at a time (pairs) or any number (groups)
 EVALUATE_KINDS = {"barrier": "pairs", "curve": "pairs", "merge": "groups"}
+# the lmc command an evaluate job runs: validate (measure) or fit (train from the checkpoints)
+EVALUATE_COMMANDS = ("validate", "fit")
 # config keys of the network: models that differ in one cannot be aligned or merged
 ARCHITECTURE_PREFIXES = ("model.init_args.net",)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -86,6 +89,9 @@ class EvaluateStage:
     groups: Groups | None = None
     #: the training stage whose models it selects
     stage: str = TRAIN_STAGE
+    #: ``validate`` (measure the selected models) or ``fit`` (train from them: a curve, an
+    #: STE-MM search)
+    command: str = "validate"
 
     @property
     def select(self) -> Pairs | Groups:
@@ -435,7 +441,9 @@ def _evaluate(
 ) -> EvaluateStage:
     where = f"evaluate[{i}]"
     value = _mapping(value, where)
-    _check_keys(value, where, ("name", "kind", "config"), ("pairs", "groups", "args", "stage"))
+    _check_keys(
+        value, where, ("name", "kind", "config"), ("pairs", "groups", "args", "stage", "command")
+    )
     name = _stage_name(value["name"], f"{where}.name", taken)
     where = f"evaluate stage {name!r}"
     kind = value["kind"]
@@ -456,6 +464,11 @@ def _evaluate(
         raise StudyError(
             f"{where}.stage {stage!r} is no training stage; training stages: {', '.join(sources)}"
         )
+    command = value.get("command", "validate")
+    if command not in EVALUATE_COMMANDS:
+        raise StudyError(
+            f"{where}.command {command!r}: valid commands: {', '.join(EVALUATE_COMMANDS)}"
+        )
     parse = _pairs if selector == "pairs" else _groups
     select = parse(value[selector], f"{where}.{selector}", sources[stage])
     return EvaluateStage(
@@ -466,6 +479,7 @@ def _evaluate(
         groups=select if selector == "groups" else None,  # type: ignore[arg-type]
         args=_str_list(value.get("args"), f"{where}.args"),
         stage=stage,
+        command=command,
     )
 
 

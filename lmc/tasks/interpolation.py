@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Literal
 
 from torch import nn
@@ -10,6 +11,7 @@ from lmc.interpolation.barrier import alpha_grid
 from lmc.interpolation.states import check_compatible
 from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
 from lmc.io import load_endpoints, save_net_checkpoint
+from lmc.metrics.entropy import gaussian_layer_entropies
 from lmc.permutation.matchers import MATCHERS
 from lmc.tasks.base import (
     EvaluationTask,
@@ -57,6 +59,10 @@ class InterpolationTask(EvaluationTask):
         spec: where the permutation spec comes from: ``auto`` (a built-in network's
             hand-written spec, else derived with ``torch.fx`` from the data), ``builtin``,
             ``derive`` or ``package.module:function`` (:mod:`lmc.permutation.source`).
+        entropy: also report the endpoints' neuron-distribution entropy in the Gaussian closed
+            form of 000 §4.1, A.1.1 (:func:`lmc.metrics.gaussian_layer_entropies`, mean over
+            the checkpoints): ``entropy_first`` of the first weight layer and ``entropy_max``,
+            the maximum over layers, the H of 000's fit L = e^{aH+b}.
     """
 
     def __init__(
@@ -73,6 +79,7 @@ class InterpolationTask(EvaluationTask):
         log_artifact: bool = False,
         seed: int = 0,
         spec: str = "auto",
+        entropy: bool = False,
     ) -> None:
         super().__init__()
         save_task_hparams(self, ignore=["net"])
@@ -98,6 +105,7 @@ class InterpolationTask(EvaluationTask):
         self.max_batches, self.save_matched, self.seed = max_batches, save_matched, seed
         self.log_artifact = log_artifact
         self.spec = SpecSource(spec, net)
+        self.entropy = entropy
         self.result: StudyResult | None = None
         self.report_line: str | None = None  # printed last by `lmc validate`
 
@@ -108,6 +116,8 @@ class InterpolationTask(EvaluationTask):
         paths = n * (n - 1) // 2 * (1 if self.matcher == "none" else 2)
         with point_progress(self.trainer, paths * self.num_alphas, "interpolation points") as step:
             self._study(dm, splits, align, step)
+        if self.entropy:
+            self.result.summary.update(self._entropies())
         out = log_study(self.trainer, self.result)
         s = self.result.summary
         matched = (
@@ -140,6 +150,20 @@ class InterpolationTask(EvaluationTask):
         for key, value in self.result.summary.items():
             if key.startswith(("barrier_", "merge_")):
                 self.log(f"interp/{key}", float(value))
+
+    def _entropies(self) -> dict[str, float]:
+        """``entropy_first`` and ``entropy_max`` (Gaussian closed form), mean over the
+        checkpoints."""
+        model = copy.deepcopy(self.net)
+        per_model = []
+        for state in self.states:
+            model.load_state_dict(state)
+            per_model.append(gaussian_layer_entropies(model))
+        first = next(iter(per_model[0]))
+        return {
+            "entropy_first": sum(h[first] for h in per_model) / len(per_model),
+            "entropy_max": sum(max(h.values()) for h in per_model) / len(per_model),
+        }
 
     def _save_matched(self, out: Any) -> None:
         from lmc.interpolation.states import weighted_average

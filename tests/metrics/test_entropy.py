@@ -11,6 +11,7 @@ from lmc.metrics import (
     bin_width,
     column_entropies,
     gaussian_entropy,
+    gaussian_layer_entropies,
     histogram_entropy,
     layer_entropies,
     neuron_entropy,
@@ -166,6 +167,25 @@ def test_he_normal_init_layer_matches_gaussian_closed_form(scale):
     # per-component marginals: 512 samples each, so the plug-in estimate is biased low
     marginal = neuron_entropy(w, mode="marginal")
     assert expected - 0.25 < marginal < expected
+
+
+@pytest.mark.parametrize("scale", [0.1, 0.9])
+def test_gaussian_layer_entropies_of_a_he_normal_net_are_the_closed_form(scale):
+    """000 A.1.1: every layer of a c_d·σ_He net has ½ ln(2πe (c_d σ_He)²), σ_He of its fan-in;
+    σ̂ of n elements is off by ~1/sqrt(2n) relatively, so H by ~1/sqrt(2n) nats."""
+    torch.manual_seed(0)
+    net = MLP(784, 10, width=256, depth=2, init="he_normal", init_scale=scale)
+    got = gaussian_layer_entropies(net)
+    assert list(got) == ["layers.0", "layers.1", "head"]
+    for name, module in (
+        ("layers.0", net.layers[0]),
+        ("layers.1", net.layers[1]),
+        ("head", net.head),
+    ):
+        n = module.weight.numel()
+        want = gaussian_entropy(scale * he_std(module.weight))
+        assert got[name] == pytest.approx(want, abs=5 / math.sqrt(2 * n))
+    assert gaussian_layer_entropies(net, ["head"]) == {"head": got["head"]}
 
 
 def test_pruning_lowers_the_discrete_entropy():

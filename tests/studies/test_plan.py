@@ -118,6 +118,10 @@ BAD = {
         _bad_pairs(over=["seed_everything"], vary=WIDTH, reference=4),
         f"selects models that differ in {WIDTH!r}, a key of the network",
     ),
+    "unknown evaluate command": (
+        tiny_study(evaluate=[{**tiny_study()["evaluate"][0], "command": "test"}]),
+        "command 'test': valid commands: validate, fit",
+    ),
     "executor workers 0": (
         tiny_study(executor={"workers": 0}),
         "executor.workers must be a whole number >= 1, got 0",
@@ -180,3 +184,30 @@ def test_ids_follow_the_base_config_content_not_its_comments(tmp_path):
     base.write_text(text.replace("lr: 0.2", "lr: 0.1"))
     _, changed = load_and_plan(write_study(tmp_path, study))
     assert not {j.id for j in changed} & {j.id for j in jobs}
+
+
+def test_an_evaluate_stage_runs_the_command_it_names(tmp_path):
+    """``command: fit`` (a task trained from the selected checkpoints, e.g. STE-MM) plans
+    ``lmc fit`` jobs with the same selection; the default stays ``validate``, and the command
+    is part of the job id."""
+    study = tiny_study()
+    _, default = load_and_plan(write_study(tmp_path / "validate", study))
+    study["evaluate"][0]["command"] = "fit"
+    _, fit = load_and_plan(write_study(tmp_path / "fit", study))
+    evaluate = [j for j in default if j.stage == "barrier"]
+    fitted = [j for j in fit if j.stage == "barrier"]
+    assert {j.command for j in evaluate} == {"validate"} and {j.command for j in fitted} == {"fit"}
+    assert [j.args[0] for j in fitted] == ["fit"] * len(fitted)
+    assert [j.inputs for j in fitted] == [j.inputs for j in evaluate]
+    assert {j.id for j in fitted}.isdisjoint(j.id for j in evaluate)
+
+
+def test_has_key_reads_a_list_as_its_last_entry():
+    """``--trainer.callbacks.init_args.rate`` addresses the last callback, so a grid key under
+    a list is checked against the list's last entry."""
+    from lmc.studies.check import has_key
+
+    cfg = {"trainer": {"callbacks": [{"init_args": {"bits": 10}}, {"init_args": {"rate": 0.5}}]}}
+    assert has_key(cfg, "trainer.callbacks.init_args.rate")
+    assert not has_key(cfg, "trainer.callbacks.init_args.bits")
+    assert not has_key({"trainer": {"callbacks": []}}, "trainer.callbacks.init_args")

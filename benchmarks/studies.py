@@ -1,0 +1,217 @@
+"""The papers' studies at CPU scale (issue #20): run each through the study engine, read the
+headline numbers from its results table.
+
+Runs ``configs/studies/<name>.yaml`` for 000_init_scale, 000_training, 004_merge_n, 000_pruning
+and 003_width (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
+then its report), one after the other; a folder that already holds the study's done jobs is not
+redone (the engine skips them), so a second call only reads. The numbers come from
+:func:`lmc.studies.results.results` (one row per job and metric), never from logs:
+
+* ``pruning_lowers_barrier`` (000 Table 1): the fraction of (strategy, rate > 0) cells whose
+  weight-matched test loss barrier (``barrier_loss_matched``, mean over the seed pairs) is below
+  that strategy's unpruned (rate 0) barrier;
+* ``stemm_acc_n8``, ``mergemany_acc_n8``, ``wmref_acc_n8`` (004 Fig. 3a): the merged model's
+  test accuracy at n = 8 on MNIST, mean over trials (``..._fmnist`` for Fashion-MNIST);
+* ``init_scale_fit_r2`` (000 Fig. 2): R² of the fit L = e^{aH+b} of the normalised matched
+  train loss barrier against the largest per-layer Gaussian entropy, over the pairs whose
+  barrier is positive (``init_scale_fit_points`` = positive / all pairs; the fit's ``a``);
+* ``training_barrier_{init,trained}_deg{1,3}`` and ``training_entropy_...`` (000 §4.2): the
+  matched test barrier and first-layer H_Δ of the polynomial MLPs at initialization and
+  trained, mean over seeds;
+* ``width_barrier_peak_width`` (003 §4): the student width above the teacher's whose mean
+  matched barrier is largest (``..._small_width`` and ``..._large_width`` give the barrier at
+  the smallest and largest width).
+
+A study left out by ``--only`` prints ``nan`` for its keys. Needs ``LMC_DATA_DIR`` with MNIST
+and FashionMNIST (writable) for all but 003_width. Run ``nice -n 10 python benchmarks/studies.py``
+(about 30 min on 2 CPU cores; see each study file's header for its scale). The last line is
+``pruning_lowers_barrier=<..> stemm_acc_n8=<..> mergemany_acc_n8=<..> wmref_acc_n8=<..>
+init_scale_fit_r2=<..> width_barrier_peak_width=<..>`` and then the extra keys, with the minutes
+each study took (``minutes_<name>``; a study found done takes ~0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import pandas as pd  # noqa: E402
+
+from lmc.studies import run_study  # noqa: E402
+from lmc.studies.figures import fit_exp  # noqa: E402
+from lmc.studies.report import write_report  # noqa: E402
+from lmc.studies.results import results  # noqa: E402
+
+STUDIES = ROOT / "configs" / "studies"
+ORDER = ("000_init_scale", "000_training", "004_merge_n", "000_pruning", "003_width")
+STRATEGY = "trainer.callbacks.init_args.strategy"
+RATE = "trainer.callbacks.init_args.rate"
+WIDTH = "model.init_args.net.init_args.width"
+LR = "model.init_args.optimizer.init_args.lr"
+TEACHER_WIDTH = 4  # configs/synthetic/teacher_student.yaml, data.init_args.teacher_width
+MNIST, FMNIST = "lmc.data.MNISTDataModule", "lmc.data.FashionMNISTDataModule"
+
+
+def _metric(table: pd.DataFrame, stage: str, metric: str) -> pd.DataFrame:
+    return table[(table["stage"] == stage) & (table["metric"] == metric)]
+
+
+def pruning(table: pd.DataFrame) -> dict[str, float]:
+    """000 Table 1: how many (strategy, rate > 0) cells have a lower matched barrier than the
+    strategy's rate 0, and the mean matched barrier of rate 0 and of the pruned cells."""
+    rows = _metric(table, "barrier", "barrier_loss_matched")
+    cells = rows.groupby([STRATEGY, RATE])["value"].mean()
+    lower, total = 0, 0
+    for (strategy, rate), barrier in cells.items():
+        if float(rate) > 0:
+            total += 1
+            lower += int(barrier < cells[(strategy, 0.0)])
+    dense = cells[[k for k in cells.index if float(k[1]) == 0]]
+    pruned = cells[[k for k in cells.index if float(k[1]) > 0]]
+    return {
+        "pruning_lowers_barrier": lower / total if total else math.nan,
+        "pruning_barrier_rate0": float(dense.mean()),
+        "pruning_barrier_pruned": float(pruned.mean()),
+    }
+
+
+def merge_n(table: pd.DataFrame) -> dict[str, float]:
+    """004 Fig. 3a: the merged test accuracy at n = 8 per method, mean over trials."""
+    out = {}
+    for method, key in (("stemm", "stemm"), ("mergemany", "mergemany"), ("wm_ref", "wmref")):
+        rows = _metric(table, "merge", f"{method}/n8/test/acc")
+        for data, suffix in ((MNIST, ""), (FMNIST, "_fmnist")):
+            values = rows[rows["data.class_path"] == data]["value"]
+            out[f"{key}_acc_n8{suffix}"] = float(values.mean()) if len(values) else math.nan
+    return out
+
+
+def init_scale(table: pd.DataFrame) -> dict[str, float]:
+    """000 Fig. 2: the fit L = e^{aH+b} over the pairs (as the report's scatter fits it)."""
+    h = _metric(table, "barrier", "entropy_max").set_index("job")["value"]
+    barrier = _metric(table, "barrier", "barrier_loss_normalized_matched").set_index("job")["value"]
+    h, barrier = h.align(barrier, join="inner")
+    fit = fit_exp(h.tolist(), barrier.tolist()) or {"a": math.nan, "r2": math.nan}
+    return {
+        "init_scale_fit_r2": fit["r2"],
+        "init_scale_fit_a": fit["a"],
+        "init_scale_fit_points": f"{int((barrier > 0).sum())}/{len(barrier)}",
+    }
+
+
+def training(table: pd.DataFrame) -> dict[str, float]:
+    """000 §4.2: the matched test barrier and the first-layer H_Δ at initialization (learning
+    rate 0) and trained, per polynomial degree, mean over seeds."""
+    out = {}
+    for degree in (1, 3):
+        for lr, when in ((0.0, "init"), (0.001, "trained")):
+            for stage, metric, key in (
+                ("barrier", "barrier_loss_matched", "training_barrier"),
+                ("train", "entropy/layers.0", "training_entropy"),
+            ):
+                rows = _metric(table, stage, metric)
+                rows = rows[(rows["data.init_args.degree"] == degree) & (rows[LR] == lr)]
+                out[f"{key}_{when}_deg{degree}"] = float(rows["value"].mean())
+    return out
+
+
+def width(table: pd.DataFrame) -> dict[str, float]:
+    """003 §4: the width above the teacher's with the largest mean matched barrier."""
+    rows = _metric(table, "barrier", "barrier_loss_matched")
+    means = rows.groupby(WIDTH)["value"].mean().sort_index()
+    above = means[means.index > TEACHER_WIDTH]
+    return {
+        "width_barrier_peak_width": int(above.idxmax()) if len(above) else math.nan,
+        "width_barrier_small_width": float(means.iloc[0]),
+        "width_barrier_large_width": float(means.iloc[-1]),
+    }
+
+
+READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
+    "000_init_scale": init_scale,
+    "000_training": training,
+    "004_merge_n": merge_n,
+    "000_pruning": pruning,
+    "003_width": width,
+}
+KEYS = {
+    "000_init_scale": ["init_scale_fit_r2", "init_scale_fit_a", "init_scale_fit_points"],
+    "000_training": [
+        f"training_{k}_{when}_deg{d}"
+        for d in (1, 3)
+        for when in ("init", "trained")
+        for k in ("barrier", "entropy")
+    ],
+    "004_merge_n": [
+        "stemm_acc_n8",
+        "mergemany_acc_n8",
+        "wmref_acc_n8",
+        "stemm_acc_n8_fmnist",
+        "mergemany_acc_n8_fmnist",
+        "wmref_acc_n8_fmnist",
+    ],
+    "000_pruning": ["pruning_lowers_barrier", "pruning_barrier_rate0", "pruning_barrier_pruned"],
+    "003_width": [
+        "width_barrier_peak_width",
+        "width_barrier_small_width",
+        "width_barrier_large_width",
+    ],
+}
+HEADLINE = (
+    "pruning_lowers_barrier",
+    "stemm_acc_n8",
+    "mergemany_acc_n8",
+    "wmref_acc_n8",
+    "init_scale_fit_r2",
+    "width_barrier_peak_width",
+)
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=ORDER, help="run and read this study only")
+    parser.add_argument("--dir", type=Path, default=ROOT / "benchmarks" / ".cache" / "studies")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    numbers: dict[str, object] = {k: math.nan for keys in KEYS.values() for k in keys}
+    minutes: dict[str, float] = {}
+    failed = []
+    for name in ORDER:
+        if args.only and name != args.only:
+            continue
+        root = args.dir / name
+        start = time.perf_counter()
+        summary = run_study(STUDIES / f"{name}.yaml", root, workers=args.workers, log=print)
+        write_report(root)
+        minutes[name] = (time.perf_counter() - start) / 60
+        print(
+            f"{name}: {len(summary.ran)} jobs ran, {len(summary.skipped)} were done, "
+            f"{len(summary.failed)} failed, {minutes[name]:.1f} min",
+            flush=True,
+        )
+        if summary.failed:
+            failed.append(name)
+        numbers.update(READ[name](results(root)))
+    line = [f"{k}={_fmt(numbers[k])}" for k in HEADLINE]
+    line += [f"{k}={_fmt(v)}" for k, v in numbers.items() if k not in HEADLINE]
+    line += [f"minutes_{k}={v:.2f}" for k, v in minutes.items()]
+    if failed:
+        print(f"FAILED jobs in: {', '.join(failed)} (see lmc study status DIR)", flush=True)
+    print(" ".join(line), flush=True)
+    if failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""The papers' studies (``configs/studies/0*.yaml``) run end to end at a tiny size, so none rots:
+each shipped study file is read, given tiny overrides (fewer grid values, a few steps, a 16-wide
+network, fake MNIST / Fashion-MNIST in tmp_path) and run through the study engine, then its
+tables are checked for the expected rows and for answers known in advance."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from lmc.data import write_fake_mnist
+from lmc.metrics import gaussian_entropy
+from lmc.studies import load_study, plan, run_study
+from lmc.studies.aggregate import series_table
+from lmc.studies.figures import fit_exp
+from lmc.studies.report import write_report
+from lmc.studies.results import results
+from tests.helpers import CONFIGS
+
+STUDIES = CONFIGS / "studies"
+WIDTH = 16
+#: every MNIST-like training and evaluation: fake data, small splits, a 16-wide network
+TINY_MNIST = [
+    "--data.init_args.val_size=16",
+    "--data.init_args.alignment_size=16",
+    "--data.init_args.batch_size=32",
+    f"--model.init_args.net.init_args.width={WIDTH}",
+    "--trainer.accelerator=cpu",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+]
+TINY_FIT = ["--trainer.max_epochs=1", "--trainer.limit_val_batches=1", "--test_after_fit=false"]
+
+
+@pytest.fixture(scope="module")
+def fake_data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("fake_mnist")
+    write_fake_mnist(root, "MNIST", n_train=96, n_test=32)
+    write_fake_mnist(root, "FashionMNIST", n_train=96, n_test=32, seed=1)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _data_dir(fake_data, monkeypatch):
+    monkeypatch.setenv("LMC_DATA_DIR", str(fake_data))
+
+
+def _absolute(configs: str | list[str]) -> list[str]:
+    paths = [configs] if isinstance(configs, str) else configs
+    return [str((STUDIES / p).resolve()) for p in paths]
+
+
+def tiny_study(
+    name: str,
+    tmp_path: Path,
+    grid: dict[str, list[Any]],
+    train_args: list[str],
+    stage_args: dict[str, list[str]] | None = None,
+    **changes: Any,
+) -> Path:
+    """``configs/studies/<name>.yaml`` with ``grid`` entries replaced, ``train_args`` appended to
+    the train args and ``stage_args[stage]`` to an evaluate stage's (later args win), written
+    into ``tmp_path`` with absolute config paths; ``changes`` replace top-level entries."""
+    study = yaml.safe_load((STUDIES / f"{name}.yaml").read_text())
+    train = study["train"]
+    train["config"] = _absolute(train["config"])
+    train["grid"].update(grid)
+    train["args"] = [*train.get("args", []), *train_args]
+    for stage in study.get("evaluate", []):
+        stage["config"] = _absolute(stage["config"])
+        stage["args"] = [*stage.get("args", []), *(stage_args or {}).get(stage["name"], [])]
+    study.update(changes)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path
+
+
+def run(path: Path, tmp_path: Path) -> Any:
+    """Run the study file ``path`` into ``tmp_path/out`` in this process and write its report
+    (every declared figure drawn: its metrics exist); the study's tidy table."""
+    summary = run_study(path, tmp_path / "out", log=lambda _: None)
+    assert not summary.failed, summary
+    report = write_report(tmp_path / "out")
+    figures = load_study(path).figures
+    assert len(report.figures) == len(figures)
+    for fig in figures:
+        assert (tmp_path / "out" / "report" / "figures" / f"{fig.name}.png").stat().st_size > 0
+    return results(tmp_path / "out")
+
+
+def values(table: Any, stage: str, metric: str, **where: Any) -> list[float]:
+    rows = table[(table["stage"] == stage) & (table["metric"] == metric)]
+    for key, value in where.items():
+        rows = rows[rows[key].map(lambda v, value=value: v == value)]
+    return [float(v) for v in rows["value"]]
+
+
+def test_every_study_file_plans():
+    """Every shipped study parses, checks against its configs and plans (no job runs)."""
+    expected = {"004_merge_n": 36, "000_init_scale": 63, "000_pruning": 140, "000_training": 60}
+    for name, jobs in expected.items():
+        assert len(plan(load_study(STUDIES / f"{name}.yaml"))) == jobs, name
+
+
+def test_004_merge_n(tmp_path):
+    """One trial of 3 MNIST models, merged at n = 2, 3 by STE-MM (two steps: an ``lmc fit``
+    evaluate stage) and the baselines: one merge job, with accuracies for every method and n,
+    all methods of an n measured against the same originals."""
+    path = tiny_study(
+        "004_merge_n",
+        tmp_path,
+        grid={
+            "data.class_path": ["lmc.data.MNISTDataModule"],
+            "data.init_args.seed": [0, 0, 0],
+            "seed_everything": [0, 1, 2],
+        },
+        train_args=[*TINY_MNIST, *TINY_FIT],
+        stage_args={
+            "merge": [
+                *TINY_MNIST,
+                "--model.init_args.num_models=[2, 3]",
+                "--trainer.max_epochs=1",
+                "--trainer.limit_train_batches=2",
+            ]
+        },
+    )
+    table = run(path, tmp_path)
+    merges = table[table["stage"] == "merge"]
+    assert merges["job"].nunique() == 1
+    for n in (2, 3):
+        for method in ("stemm", "mergemany", "wm_ref"):
+            accs = values(table, "merge", f"{method}/n{n}/test/acc")
+            assert len(accs) == 1 and all(0.0 <= a <= 1.0 for a in accs), (method, n)
+        # every method merges the same first n models: one mean accuracy of the originals
+        originals = {
+            values(table, "merge", f"{m}/n{n}/test/originals_acc")[0]
+            for m in ("stemm", "mergemany", "wm_ref")
+        }
+        assert len(originals) == 1, (n, originals)
+
+
+def test_000_init_scale(tmp_path):
+    """Three init scales x two seeds at initialization (each scale's seeds one population): the
+    barrier jobs report the Gaussian closed-form entropy of the first layer, ½ ln(2πe (c_d
+    sigma_He)²) up to sampling noise; each barrier is the largest gap between the loss along
+    its matched path and the chord between the endpoints, normalised by their mean loss; the
+    exponential fit of the barrier against the entropy is finite."""
+    scales = [0.2, 0.5, 0.9]
+    path = tiny_study(
+        "000_init_scale",
+        tmp_path,
+        grid={"model.init_args.net.init_args.init_scale": scales, "seed_everything": [0, 1]},
+        train_args=TINY_MNIST,
+        stage_args={"barrier": [*TINY_MNIST, "--model.init_args.num_alphas=3"]},
+    )
+    table = run(path, tmp_path)
+    key = "model.init_args.net.init_args.init_scale"
+    for c in scales:
+        (h,) = values(table, "barrier", "entropy_first", **{key: c})
+        assert h == pytest.approx(gaussian_entropy(c * math.sqrt(2 / 784)), abs=0.03)
+    h = values(table, "barrier", "entropy_max")
+    barrier = values(table, "barrier", "barrier_loss_normalized_matched")
+    assert len(h) == len(barrier) == 3
+    paths = series_table(tmp_path / "out", "barrier")
+    paths = paths[(paths["series"] == "matched") & (paths["metric"] == "train/loss")]
+    for job, path in paths.groupby("job"):
+        alpha, loss = path["x"].to_numpy(), path["value"].to_numpy()
+        chord = (1 - alpha) * loss[0] + alpha * loss[-1]
+        (b,) = values(table, "barrier", "barrier_loss_matched", job=job)
+        (normalized,) = values(table, "barrier", "barrier_loss_normalized_matched", job=job)
+        assert b == pytest.approx(max(loss - chord), abs=1e-6)
+        assert normalized == pytest.approx(b / ((loss[0] + loss[-1]) / 2), abs=1e-6)
+    fit = fit_exp(h, barrier)
+    assert fit is not None and all(math.isfinite(v) for v in fit.values())
+
+
+def test_000_pruning(tmp_path):
+    """Two strategies x rates 0 and 0.5 x two seeds: a barrier per cell, and pruning half of
+    every layer lowers the first layer's discrete entropy (000 Lemma 4.1)."""
+    strategy = "trainer.callbacks.init_args.strategy"
+    rate = "trainer.callbacks.init_args.rate"
+    path = tiny_study(
+        "000_pruning",
+        tmp_path,
+        grid={
+            strategy: ["only_prune", "finetune_once"],
+            "trainer.callbacks.init_args.rounds": [1, 1],
+            rate: [0.0, 0.5],
+            "seed_everything": [0, 1],
+        },
+        train_args=[
+            *TINY_MNIST,
+            "--trainer.max_epochs=2",
+            "--trainer.limit_train_batches=2",
+            "--trainer.callbacks.init_args.prune_epoch=1",
+        ],
+        stage_args={"barrier": [*TINY_MNIST, "--model.init_args.num_alphas=3"]},
+    )
+    table = run(path, tmp_path)
+    for s in ("only_prune", "finetune_once"):
+        for r in (0.0, 0.5):
+            assert len(values(table, "barrier", "barrier_loss_matched", **{strategy: s, rate: r}))
+        dense = values(table, "train", "entropy/layers.0", **{strategy: s, rate: 0.0})
+        pruned = values(table, "train", "entropy/layers.0", **{strategy: s, rate: 0.5})
+        assert len(dense) == len(pruned) == 2 and max(pruned) < min(dense), s
+
+
+def test_000_training(tmp_path):
+    """Both polynomial tasks, at initialization (learning rate 0) and trained, two seeds each as
+    one population: a barrier per cell, and at learning rate 0 the weights stay the init, so
+    the first-layer entropy is the same for both degrees (the init does not see the data)."""
+    lr = "model.init_args.optimizer.init_args.lr"
+    path = tiny_study(
+        "000_training",
+        tmp_path,
+        grid={"seed_everything": [0, 1]},
+        train_args=[
+            "--trainer.max_epochs=2",
+            "--data.init_args.n_train=64",
+            "--data.init_args.n_val=32",
+            "--data.init_args.n_test=32",
+            "--trainer.callbacks.init_args.every_n_epochs=1",
+        ],
+        stage_args={
+            "barrier": [
+                "--model.init_args.num_alphas=3",
+                "--data.init_args.n_train=64",
+                "--data.init_args.n_test=32",
+            ]
+        },
+    )
+    table = run(path, tmp_path)
+    for degree in (1, 3):
+        for rate in (0.0, 0.001):
+            cell = {"data.init_args.degree": degree, lr: rate}
+            assert len(values(table, "barrier", "barrier_loss_matched", **cell)) == 1, cell
+    at_init = {
+        degree: sorted(
+            values(table, "train", "entropy/layers.0", **{"data.init_args.degree": degree, lr: 0.0})
+        )
+        for degree in (1, 3)
+    }
+    assert len(at_init[1]) == 2 and at_init[1] == at_init[3]
