@@ -9,6 +9,7 @@ import pickle
 import re
 import stat
 import tempfile
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,6 +58,17 @@ def load_checkpoint(
     if not isinstance(ckpt, Mapping):
         raise CheckpointError(f"{path} holds a {type(ckpt).__name__}, not a checkpoint dictionary")
     return dict(ckpt)
+
+
+def load_state(module: torch.nn.Module, state: Mapping[str, Tensor]) -> None:
+    """``module.load_state_dict(state)``, with the module's own state-dict metadata (the
+    version of each submodule) where ``state`` carries none: lmc's states (interpolated,
+    permuted, merged, from a checkpoint's ``net.`` entries) are plain dicts, and some modules
+    refuse those (torchvision's MNASNet raises without its version)."""
+    if getattr(state, "_metadata", None) is None:
+        state = OrderedDict(state)
+        state._metadata = module.state_dict()._metadata  # type: ignore[attr-defined]
+    module.load_state_dict(state)
 
 
 def model_state_dict(ckpt: Mapping[str, Any], prefix: str = "net.") -> dict[str, Tensor]:

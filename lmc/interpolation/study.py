@@ -25,6 +25,7 @@ from lmc.interpolation.repair import (
     repair_points,
 )
 from lmc.interpolation.states import check_compatible, load_lerp_, weighted_average
+from lmc.io import load_state
 from lmc.permutation.spec import PermutationSpec
 
 Matcher = str  # a name registered in lmc.permutation.MATCHERS
@@ -117,9 +118,9 @@ def interpolate_path(
     stats_a = stats_b = None
     if repair_mode == "repair":
         points = repair_points(model)
-        model.load_state_dict(a)
+        load_state(model, a)
         stats_a = channel_stats(model, align_batches, points)
-        model.load_state_dict(b)
+        load_state(model, b)
         stats_b = channel_stats(model, align_batches, points)
     for alpha in alphas:
         load_lerp_(model, a, b, alpha)
@@ -149,16 +150,16 @@ def _repair_merged(
     repair_mode: Repair,
     align_batches: Batches | None,
 ) -> None:
-    model.load_state_dict(merged)
+    load_state(model, merged)
     if repair_mode == "reset_bn":
         reset_bn(model, align_batches)
     elif repair_mode == "repair":
         points = repair_points(model)
         stats = []
         for s in states:
-            model.load_state_dict(s)
+            load_state(model, s)
             stats.append(channel_stats(model, align_batches, points))
-        model.load_state_dict(merged)
+        load_state(model, merged)
         repair(model, average_stats(stats), align_batches)
 
 
@@ -240,7 +241,7 @@ def interpolation_study(
         for split, batches in splits.items():
             endpoint = []
             for s in states:
-                model.load_state_dict(s)
+                load_state(model, s)
                 endpoint.append(evaluate(model, batches, loss))
             merges["endpoints_mean"][f"{split}/loss"] = sum(r.loss for r in endpoint) / len(
                 endpoint

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from lmc.evaluation import LossName, batch_loss, evaluate, has_batchnorm, reset_bn
 from lmc.interpolation.states import weighted_average
+from lmc.io import load_state
 from lmc.merging.baselines import align_states, parameter_keys
 from lmc.merging.geometry import describe, distance_ratios, pairwise_distances, triplet_angles
 from lmc.metrics import hutchinson_trace
@@ -98,7 +99,7 @@ def evaluate_originals(
     model = copy.deepcopy(net)
     stats = OriginalStats([])
     for state in states:
-        model.load_state_dict(state)
+        load_state(model, state)
         stats.metrics.append(_eval_splits(model, splits, loss))
         if sharpness_probes > 0 and sharpness_batches:
             stats.sharpness.append(
@@ -110,7 +111,7 @@ def evaluate_originals(
 def _load_merge(
     model: nn.Module, states: Sequence[StateDict], align_batches: Batches | None
 ) -> nn.Module:
-    model.load_state_dict(weighted_average(states))
+    load_state(model, weighted_average(states))
     if has_batchnorm(model):
         if align_batches is None:
             raise ValueError("a BatchNorm network's merge needs the alignment subset for reset_bn")

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
+from lmc.io import load_state
 from lmc.permutation.spec import Permutation, PermutationSpec, StateDict, check_permutation
 
 
@@ -72,5 +73,5 @@ def permute_model_(
 ) -> nn.Module:
     """Permute ``model``'s parameters and buffers in place and return it."""
     state = model.state_dict()
-    model.load_state_dict(apply_permutation(state, spec, perm))
+    load_state(model, apply_permutation(state, spec, perm))
     return model

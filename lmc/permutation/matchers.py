@@ -22,6 +22,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from lmc.io import load_state
 from lmc.permutation.activation_matching import activation_matching
 from lmc.permutation.apply import apply_permutation
 from lmc.permutation.merge_many import merge_many
@@ -110,11 +111,11 @@ def _activation(
     if batches is None:
         raise ValueError(f"matcher {name!r} needs data (the alignment subset)")
     model_a, model_b = copy.deepcopy(net), copy.deepcopy(net)
-    model_a.load_state_dict(states[0])
+    load_state(model_a, states[0])
     perms = [identity_permutation(spec.sizes(states[0]))]
     before, after = [], []
     for state in states[1:]:
-        model_b.load_state_dict(state)
+        load_state(model_b, state)
         result = activation_matching(model_a, model_b, batches, spec, similarity=similarity)
         perms.append(result.perm)
         n = max(len(result.similarity), 1)

@@ -29,7 +29,7 @@ from torch.utils.data import TensorDataset
 
 from lmc.data.base import BaseDataModule, epoch_order
 from lmc.data.memory import InMemoryImageDataset
-from lmc.io import atomic_write
+from lmc.io import atomic_write, load_state
 from lmc.loggers import WandbLogger as LmcWandbLogger
 from lmc.population.train import Population, train_population
 from lmc.population.vectorize import (
@@ -360,7 +360,7 @@ class PopulationFit:
             return
         values: dict[str, list[float]] = {}
         for k, task in enumerate(self.tasks):
-            task.net.load_state_dict(member_state(self.params, self.buffers, k))
+            load_state(task.net, member_state(self.params, self.buffers, k))
             sink = _Collect()
             trainer = _MemberTrainer(epoch, step, self.epochs, [sink])
             for cb in callbacks:
@@ -471,7 +471,7 @@ class PopulationFit:
             cfg = copy.deepcopy(self.cfg)
             cfg.seed_everything, cfg.population = seed, None
             self._write_config(folder / "config.yaml", cfg)
-            task.net.load_state_dict(member_state(self.params, self.buffers, k))
+            load_state(task.net, member_state(self.params, self.buffers, k))
             ckpt = {
                 "epoch": epoch,
                 "global_step": step,

@@ -10,7 +10,7 @@ from torch import nn
 from lmc.interpolation.barrier import alpha_grid
 from lmc.interpolation.states import check_compatible
 from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
-from lmc.io import load_endpoints, save_net_checkpoint
+from lmc.io import load_endpoints, load_state, save_net_checkpoint
 from lmc.metrics.entropy import gaussian_layer_entropies
 from lmc.permutation.matchers import MATCHERS
 from lmc.tasks.base import (
@@ -157,7 +157,7 @@ class InterpolationTask(EvaluationTask):
         model = copy.deepcopy(self.net)
         per_model = []
         for state in self.states:
-            model.load_state_dict(state)
+            load_state(model, state)
             per_model.append(gaussian_layer_entropies(model))
         first = next(iter(per_model[0]))
         return {

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from lmc.evaluation import has_batchnorm, reset_bn
 from lmc.interpolation.states import weighted_average
-from lmc.io import atomic_write, load_endpoints
+from lmc.io import atomic_write, load_endpoints, load_state
 from lmc.merging import (
     MERGE_METHODS,
     Baseline,
@@ -156,7 +156,7 @@ class MergeReporter:
         aligned = align_states(
             [{k: v.to(module.device) for k, v in s.items()} for s in states], spec, perms
         )
-        model.load_state_dict(weighted_average(aligned))
+        load_state(model, weighted_average(aligned))
         if has_batchnorm(model):
             dm = module.trainer.datamodule
             reset_bn(model, split_batches(dm, ["train"], self.max_batches, module.device)["train"])
