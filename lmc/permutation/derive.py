@@ -641,10 +641,13 @@ def derive_spec(model: nn.Module, example_input: Tensor | tuple[Tensor, ...]) ->
         with torch.no_grad():
             ShapeProp(gm).propagate(*inputs)
     except Exception as e:  # noqa: BLE001 - the model's own error, prefixed with the call
+        cause = e
+        while cause.__cause__ is not None:  # ShapeProp wraps it with the whole graph node
+            cause = cause.__cause__
         raise SpecDerivationError(
             f"derive_spec: running {name} on the example input of shape "
             f"{[tuple(t.shape) for t in inputs if isinstance(t, Tensor)]} failed: "
-            f"{type(e).__name__}: {e}"
+            f"{type(cause).__name__}: {cause}"
         ) from e
     finally:
         model.train(was_training)

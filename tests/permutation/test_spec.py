@@ -151,3 +151,29 @@ def test_spec_validation_names_the_key():
         PermutationSpec({**spec.axes, "layers.0.bias": ("layers.0", None)}).sizes(state)
     with pytest.raises(SpecError, match="unknown groups"):
         PermutationSpec(spec.axes, {"nope": ("acts.0",)})
+
+
+class _DataDependent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = self.a(x)
+        if h.sum() > 0:  # Python control flow on a tensor value: torch.fx cannot trace it
+            h = h.relu()
+        return self.b(h)
+
+
+def test_data_dependent_control_flow_says_so_and_how_to_write_a_spec():
+    with pytest.raises(SpecDerivationError, match=r"could not trace _DataDependent.*by hand"):
+        derive_spec(_DataDependent(), torch.randn(2, 4))
+
+
+def test_an_input_of_the_wrong_shape_gives_the_models_own_error_prefixed():
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    with pytest.raises(SpecDerivationError) as err:
+        derive_spec(net, torch.randn(2, 5))
+    msg = str(err.value)
+    assert msg.startswith("derive_spec: running Sequential on the example input of shape [(2, 5)]")
+    assert msg.endswith("RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x5 and 4x8)")
