@@ -131,12 +131,12 @@ def _selections(stage: EvaluateStage, train_jobs: list[Job]) -> list[list[Job]]:
         return tuple(repr(job.coordinates[k]) for k in over)
 
     if isinstance(select, Pairs):
-        refs = [j for j in train_jobs if j.coordinates[vary] == select.reference]
+        refs = [j for j in train_jobs if select.is_reference(j.coordinates[vary])]
         return [
             [ref, other]
             for ref in refs
             for other in train_jobs
-            if other is not ref and key(other) == key(ref)
+            if key(other) == key(ref) and not select.is_reference(other.coordinates[vary])
         ]
     order = list(select.values) if select.values is not None else None
     groups: dict[tuple[str, ...], list[Job]] = {}

@@ -31,7 +31,8 @@ Layout (paths relative to the study file)::
 
 Every evaluate job sets ``model.init_args.checkpoints`` of its ``lmc validate`` config to the
 run folders of the models it selects: a pair (``pairs``: the model at ``vary == reference``,
-then another) or a group (``groups``: every model at the ``values`` of ``vary``, default all,
+then another; ``reference`` may be a list, e.g. ``[0, 2, 4]`` with the pairs' id in ``over``, for
+independent pairs: each reference is paired with every model of its group that is not one) or a group (``groups``: every model at the ``values`` of ``vary``, default all,
 in that order) of models that agree on every ``over`` key.
 """
 
@@ -62,11 +63,17 @@ class StudyError(ValueError):
 
 @dataclass(frozen=True)
 class Pairs:
-    """Pairs of trained models: equal on every ``over`` key, one at ``vary == reference``."""
+    """Pairs of trained models: equal on every ``over`` key, one at ``vary == reference``
+    (a value, or a tuple of values: each is paired with the models at none of them)."""
 
     over: tuple[str, ...]
     vary: str
     reference: Any
+
+    def is_reference(self, value: Any) -> bool:
+        """Whether a model at ``vary == value`` is a reference."""
+        refs = self.reference if isinstance(self.reference, tuple) else (self.reference,)
+        return value in refs
 
 
 @dataclass(frozen=True)
@@ -406,11 +413,19 @@ def _pairs(value: Any, where: str, source: _Source) -> Pairs:
     _check_keys(pairs, where, ("vary", "reference"), ("over",))
     over, vary = _selection_keys(pairs, where, source)
     reference = pairs["reference"]
-    if reference not in source.keys[vary]:
-        raise StudyError(
-            f"{where}.reference {reference!r}: no {source.job} has "
-            f"{vary}={reference!r}; its values: {source.keys[vary]!r}"
-        )
+    refs = reference if isinstance(reference, list) else [reference]
+    if not refs:
+        raise StudyError(f"{where}.reference is an empty list: give a value of {vary!r}")
+    for ref in refs:
+        if ref not in source.keys[vary]:
+            raise StudyError(
+                f"{where}.reference {ref!r}: no {source.job} has "
+                f"{vary}={ref!r}; its values: {source.keys[vary]!r}"
+            )
+    if isinstance(reference, list):
+        if len(set(map(repr, refs))) != len(refs):
+            raise StudyError(f"{where}.reference {reference!r} lists a value twice")
+        reference = tuple(reference)
     return Pairs(over=over, vary=vary, reference=reference)
 
 

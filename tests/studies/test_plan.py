@@ -47,6 +47,25 @@ def test_zip_varies_keys_together(tmp_path):
     assert [(c[WIDTH], c[std]) for c in train] == [(4, 0.1), (4, 0.1), (8, 0.01), (8, 0.01)]
 
 
+def test_reference_list_gives_independent_pairs(tmp_path):
+    """``reference: [0, 2, 4]`` with a pair id zipped into ``over``: seeds 0-1, 2-3, 4-5 (002
+    Table 1's three independent pairs); two references are never paired with each other."""
+    trial = "data.init_args.seed"
+    study = tiny_study(
+        grid={WIDTH: [4], trial: [0, 0, 1, 1, 2, 2], "seed_everything": [0, 1, 2, 3, 4, 5]},
+        zip=[[trial, "seed_everything"]],
+    )
+    study["evaluate"][0]["pairs"] = {
+        "over": [WIDTH, trial],
+        "vary": "seed_everything",
+        "reference": [0, 2, 4],
+    }
+    _, jobs = load_and_plan(write_study(tmp_path, study))
+    seeds = {j.id: j.coordinates["seed_everything"] for j in jobs if j.stage == "train"}
+    pairs = [tuple(seeds[i] for i in j.inputs) for j in jobs if j.stage == "barrier"]
+    assert pairs == [(0, 1), (2, 3), (4, 5)]
+
+
 def _bad(**changes):
     return tiny_study(**changes)
 
@@ -94,6 +113,12 @@ BAD = {
     ),
     "vary names no grid key": (_bad_pairs(vary="seed"), "names 'seed', not a train.grid key"),
     "reference no job has": (_bad_pairs(reference=7), "no training job has seed_everything=7"),
+    "reference list value no job has": (
+        _bad_pairs(reference=[0, 7]),
+        "reference 7: no training job has seed_everything=7",
+    ),
+    "reference list repeats": (_bad_pairs(reference=[0, 0]), "lists a value twice"),
+    "reference list empty": (_bad_pairs(reference=[]), "reference is an empty list"),
     "unknown evaluate kind": (
         tiny_study(evaluate=[{**tiny_study()["evaluate"][0], "kind": "barier"}]),
         "unknown kind 'barier'; valid kinds: barrier, curve, merge",
