@@ -1,8 +1,8 @@
 """The papers' studies at CPU scale (issue #20): run each through the study engine, read the
 headline numbers from its results table.
 
-Runs ``configs/studies/<name>.yaml`` for 000_init_scale, 000_training, 004_merge_n, 000_pruning
-and 003_width (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
+Runs ``configs/studies/<name>.yaml`` for 000_init_scale, 000_training, 004_merge_n, 000_pruning,
+003_width, 002_curves and 000_fusion (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
 then its report), one after the other; a folder that already holds the study's done jobs is not
 redone (the engine skips them), so a second call only reads. The numbers come from
 :func:`lmc.studies.results.results` (one row per job and metric), never from logs:
@@ -20,7 +20,13 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
   trained, mean over seeds;
 * ``width_barrier_peak_width`` (003 §4): the student width above the teacher's whose mean
   matched barrier is largest (``..._small_width`` and ``..._large_width`` give the barrier at
-  the smallest and largest width).
+  the smallest and largest width);
+* ``curve_{unaligned,aligned,pam_unaligned,pam_aligned}_acc_{min,mean}`` (002 Table 1): the
+  minimum and the arc-length mean of test accuracy along the curve, mean over the pairs, and
+  ``curve_endpoint_acc``, the endpoints' mean test accuracy (t = 0 and 1 of the curves);
+* ``fusion_pruning_raises_acc`` (000 Table 2): the fraction of (strategy, rate > 0) cells whose
+  OTFusion test accuracy (mean over the pairs) is above the dense fusion's (rate 0), with
+  ``fusion_acc_rate0`` and ``fusion_acc_best_<strategy>`` (the best rate's accuracy).
 
 A study left out by ``--only`` prints ``nan`` for its keys. Needs ``LMC_DATA_DIR`` with MNIST
 and FashionMNIST (writable) for all but 003_width. Run ``nice -n 10 python benchmarks/studies.py``
@@ -50,7 +56,17 @@ from lmc.studies.report import write_report  # noqa: E402
 from lmc.studies.results import results  # noqa: E402
 
 STUDIES = ROOT / "configs" / "studies"
-ORDER = ("000_init_scale", "000_training", "004_merge_n", "000_pruning", "003_width")
+ORDER = (
+    "000_init_scale",
+    "000_training",
+    "004_merge_n",
+    "000_pruning",
+    "003_width",
+    "002_curves",
+    "000_fusion",
+)
+FUSION_STRATEGIES = ("only_prune", "finetune_once", "iterative")
+CURVES = ("unaligned", "aligned", "pam_unaligned", "pam_aligned")
 STRATEGY = "trainer.callbacks.init_args.strategy"
 RATE = "trainer.callbacks.init_args.rate"
 WIDTH = "model.init_args.net.init_args.width"
@@ -134,12 +150,44 @@ def width(table: pd.DataFrame) -> dict[str, float]:
     }
 
 
+def curves(table: pd.DataFrame) -> dict[str, float]:
+    """002 Table 1: minimum and arc-length mean test accuracy along each curve class, mean over
+    the pairs; the endpoints' mean test accuracy."""
+    out = {}
+    for stage in CURVES:
+        for stat, metric in (("min", "test/acc_min"), ("mean", "test/acc_arc_mean")):
+            out[f"curve_{stage}_acc_{stat}"] = float(_metric(table, stage, metric)["value"].mean())
+    ends = pd.concat([_metric(table, "aligned", f"test/acc_{end}") for end in ("start", "end")])
+    out["curve_endpoint_acc"] = float(ends["value"].mean())
+    return out
+
+
+def fusion(table: pd.DataFrame) -> dict[str, float]:
+    """000 Table 2: how many (strategy, rate > 0) cells fuse to a better test accuracy than the
+    dense models (rate 0), mean over the pairs; the dense and each strategy's best accuracy."""
+    rows = _metric(table, "otfusion", "fused/test/acc")
+    cells = rows.groupby(["model.init_args.prune_strategy", "model.init_args.prune_rate"])
+    means = cells["value"].mean()
+    dense = float(means[[k for k in means.index if float(k[1]) == 0]].mean())
+    pruned = means[[k for k in means.index if float(k[1]) > 0]]
+    out = {
+        "fusion_pruning_raises_acc": float((pruned > dense).mean()) if len(pruned) else math.nan,
+        "fusion_acc_rate0": dense,
+    }
+    for strategy in FUSION_STRATEGIES:
+        best = pruned[[k for k in pruned.index if k[0] == strategy]]
+        out[f"fusion_acc_best_{strategy}"] = float(best.max()) if len(best) else math.nan
+    return out
+
+
 READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "000_init_scale": init_scale,
     "000_training": training,
     "004_merge_n": merge_n,
     "000_pruning": pruning,
     "003_width": width,
+    "002_curves": curves,
+    "000_fusion": fusion,
 }
 KEYS = {
     "000_init_scale": ["init_scale_fit_r2", "init_scale_fit_a", "init_scale_fit_points"],
@@ -162,6 +210,15 @@ KEYS = {
         "width_barrier_peak_width",
         "width_barrier_small_width",
         "width_barrier_large_width",
+    ],
+    "002_curves": [
+        *(f"curve_{stage}_acc_{stat}" for stage in CURVES for stat in ("min", "mean")),
+        "curve_endpoint_acc",
+    ],
+    "000_fusion": [
+        "fusion_pruning_raises_acc",
+        "fusion_acc_rate0",
+        *(f"fusion_acc_best_{s}" for s in FUSION_STRATEGIES),
     ],
 }
 HEADLINE = (

@@ -294,7 +294,7 @@ def _selection(stage: Mapping[str, Any]) -> Mapping[str, Any]:
 def stage_keys(study: StudyLike) -> dict[str, tuple[str, ...]]:
     """Every stage's coordinate keys, in the order jobs carry them: the train grid's; a spawn
     stage's parent keys (``parent:<key>`` when it sets the key again), ``spawn_epoch``, its
-    own grid's; an evaluate stage's ``over`` keys and its ``vary`` key.
+    own grid's; an evaluate stage's ``over`` keys, its ``vary`` key and its own grid's.
 
     Args:
         study: a :class:`Study`, the plain YAML of a study file, a study file or a study folder.
@@ -310,7 +310,8 @@ def stage_keys(study: StudyLike) -> dict[str, tuple[str, ...]]:
         keys[spawn["name"]] = (*parent, SPAWN_EPOCH, *grid)
     for stage in data.get("evaluate") or []:
         select = _selection(stage)
-        keys[stage["name"]] = (*(select.get("over") or []), select.get("vary"))
+        own = list(stage.get("grid") or {})
+        keys[stage["name"]] = (*(select.get("over") or []), select.get("vary"), *own)
     return keys
 
 

@@ -156,7 +156,21 @@ def check_study(study: Study) -> dict[str, dict[str, Any]]:
                 f"training (trainer.max_epochs={max_epochs}), so a child would not train"
             )
     for stage in study.evaluate:
-        resolved[stage.name] = resolve_config(
-            [stage.command, *config_args(stage.configs, stage.args)]
-        )
+        args = [stage.command, *config_args(stage.configs, stage.args)]
+        resolved[stage.name] = resolve_config(args)
+        where = f"evaluate stage {stage.name!r}"
+        for key, values in stage.grid.items():
+            if not has_key(resolved[stage.name], key):
+                raise StudyError(
+                    f"{where} grid key {key!r} is not in its config "
+                    f"{', '.join(str(p) for p in stage.configs)}; "
+                    f"{_near(resolved[stage.name], key)}"
+                )
+            for value in values:
+                try:
+                    resolve_config([*args, f"--{key}={cli_value(value)}"])
+                except StudyError as err:
+                    raise StudyError(
+                        f"{where}.grid.{key}: the value {value!r} is refused: {err}"
+                    ) from err
     return resolved

@@ -163,27 +163,31 @@ def _evaluate_jobs(
         and (resolved is None or has_key(resolved, k))
     ]
     jobs = []
+    points = grid_points(stage.grid, stage.zip) if stage.grid else [{}]
     for members in _selections(stage, train_jobs):
         first = members[0].coordinates
-        coords = {k: first[k] for k in select.over}
         values = [m.coordinates[select.vary] for m in members]
-        coords[select.vary] = values[1] if isinstance(select, Pairs) else values
-        args = (
-            stage.command,
-            *config_args(stage.configs, stage.args),
-            *_coord_args({k: first[k] for k in passed}),
-        )
-        inputs = tuple(m.id for m in members)
-        jobs.append(
-            Job(
-                stage.name,
+        for point in points:  # the stage's own grid: each selection at every point
+            coords = {k: first[k] for k in select.over}
+            coords[select.vary] = values[1] if isinstance(select, Pairs) else values
+            coords.update(point)
+            args = (
                 stage.command,
-                coords,
-                args,
-                inputs,
-                job_id(stage.name, stage.command, args, inputs, stage.configs),
+                *config_args(stage.configs, stage.args),
+                *_coord_args({k: first[k] for k in passed}),
+                *_coord_args(point),
             )
-        )
+            inputs = tuple(m.id for m in members)
+            jobs.append(
+                Job(
+                    stage.name,
+                    stage.command,
+                    coords,
+                    args,
+                    inputs,
+                    job_id(stage.name, stage.command, args, inputs, stage.configs),
+                )
+            )
     if not jobs:
         what = "pair" if isinstance(select, Pairs) else "group of two or more"
         raise StudyError(f"evaluate stage {stage.name!r} selects no {what} of training jobs")

@@ -22,6 +22,8 @@ Layout (paths relative to the study file)::
         config: merge.yaml
         command: validate                           # optional; fit: a task trained from them
         groups: {over: [model.init_args.net.init_args.width], vary: seed_everything}
+        grid: {model.init_args.prune_rate: [0.0, 0.5]}   # optional: every selection evaluated
+        zip: []                                         # at each point of the stage's own grid
     figures:                                        # optional: the report's figures
       - {name: barrier_vs_width, kind: line, stage: barrier,
          x: model.init_args.net.init_args.width, y: [barrier_loss_matched, barrier_loss_naive]}
@@ -99,6 +101,10 @@ class EvaluateStage:
     #: ``validate`` (measure the selected models) or ``fit`` (train from them: a curve, an
     #: STE-MM search)
     command: str = "validate"
+    #: keys of the stage's own config, each selection evaluated at every point (e.g. a fusion
+    #: at several pruning rates); ``zip`` as the train grid's
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    zip: tuple[tuple[str, ...], ...] = ()
 
     @property
     def select(self) -> Pairs | Groups:
@@ -179,7 +185,7 @@ class Study:
         stage's ``over`` and ``vary`` keys."""
         keys = {TRAIN_STAGE: list(self.train.grid)}
         keys.update({s.name: list(s.keys) for s in self.spawn})
-        keys.update({s.name: [*s.select.over, s.select.vary] for s in self.evaluate})
+        keys.update({s.name: [*s.select.over, s.select.vary, *s.grid] for s in self.evaluate})
         return keys
 
     def training_stage(self, name: str) -> tuple[dict[str, list[Any]], tuple]:
@@ -457,7 +463,10 @@ def _evaluate(
     where = f"evaluate[{i}]"
     value = _mapping(value, where)
     _check_keys(
-        value, where, ("name", "kind", "config"), ("pairs", "groups", "args", "stage", "command")
+        value,
+        where,
+        ("name", "kind", "config"),
+        ("pairs", "groups", "args", "stage", "command", "grid", "zip"),
     )
     name = _stage_name(value["name"], f"{where}.name", taken)
     where = f"evaluate stage {name!r}"
@@ -486,6 +495,18 @@ def _evaluate(
         )
     parse = _pairs if selector == "pairs" else _groups
     select = parse(value[selector], f"{where}.{selector}", sources[stage])
+    grid: dict[str, list[Any]] = {}
+    groups: tuple = ()
+    if "grid" in value:
+        grid, groups = _grid(value, where)
+        clash = [k for k in grid if k in (*select.over, select.vary)]
+        if clash:
+            raise StudyError(
+                f"{where}.grid: {clash} already come from the selected models "
+                f"(`{selector}`); a stage grid varies keys of the stage's own config"
+            )
+    elif "zip" in value:
+        raise StudyError(f"{where}: zip needs a grid (keys of the stage config) to zip")
     return EvaluateStage(
         name=name,
         kind=kind,
@@ -495,6 +516,8 @@ def _evaluate(
         args=_str_list(value.get("args"), f"{where}.args"),
         stage=stage,
         command=command,
+        grid=grid,
+        zip=groups,
     )
 
 

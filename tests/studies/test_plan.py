@@ -66,6 +66,33 @@ def test_reference_list_gives_independent_pairs(tmp_path):
     assert pairs == [(0, 1), (2, 3), (4, 5)]
 
 
+def test_stage_grid_evaluates_each_selection_at_every_point(tmp_path):
+    """An evaluate stage's own ``grid`` (keys of its config): every pair at every point, the
+    point in the job's coordinates and args; zipped keys go together."""
+    study = tiny_study()
+    stage = study["evaluate"][0]
+    stage["grid"] = {"model.init_args.num_alphas": [3, 5], "model.init_args.seed": [0, 1]}
+    stage["zip"] = [["model.init_args.num_alphas", "model.init_args.seed"]]
+    loaded, jobs = load_and_plan(write_study(tmp_path, study))
+    barrier = [j for j in jobs if j.stage == "barrier"]
+    assert len(barrier) == 4 and len({j.id for j in barrier}) == 4
+    got = [
+        (j.coordinates[WIDTH], j.coordinates["model.init_args.num_alphas"], j.inputs)
+        for j in barrier
+    ]
+    assert [g[:2] for g in got] == [(4, 3), (4, 5), (8, 3), (8, 5)]
+    assert got[0][2] == got[1][2] != got[2][2]  # one pair, two points
+    assert "--model.init_args.num_alphas=5" in barrier[1].args
+    assert "--model.init_args.seed=1" in barrier[1].args
+    assert "model.init_args.num_alphas" in loaded.stage_keys()["barrier"]
+
+
+def _with_stage(**entries):
+    study = tiny_study()
+    study["evaluate"][0].update(entries)
+    return study
+
+
 def _bad(**changes):
     return tiny_study(**changes)
 
@@ -146,6 +173,22 @@ BAD = {
     "unknown evaluate command": (
         tiny_study(evaluate=[{**tiny_study()["evaluate"][0], "command": "test"}]),
         "command 'test': valid commands: validate, fit",
+    ),
+    "stage grid key not in its config": (
+        _with_stage(grid={"model.init_args.num_alpha": [3, 5]}),
+        "evaluate stage 'barrier' grid key 'model.init_args.num_alpha' is not in its config",
+    ),
+    "stage grid value refused": (
+        _with_stage(grid={"model.init_args.num_alphas": ["many"]}),
+        "evaluate stage 'barrier'.grid.model.init_args.num_alphas: the value 'many' is refused",
+    ),
+    "stage grid repeats a selection key": (
+        _with_stage(grid={WIDTH: [4, 8]}),
+        "already come from the selected models",
+    ),
+    "stage zip without a grid": (
+        _with_stage(zip=[["a", "b"]]),
+        "evaluate stage 'barrier': zip needs a grid",
     ),
     "executor workers 0": (
         tiny_study(executor={"workers": 0}),

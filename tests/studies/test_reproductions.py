@@ -101,7 +101,15 @@ def values(table: Any, stage: str, metric: str, **where: Any) -> list[float]:
 
 def test_every_study_file_plans():
     """Every shipped study parses, checks against its configs and plans (no job runs)."""
-    expected = {"004_merge_n": 36, "000_init_scale": 63, "000_pruning": 140, "000_training": 60}
+    expected = {
+        "004_merge_n": 36,
+        "000_init_scale": 63,
+        "000_pruning": 140,
+        "000_training": 60,
+        "002_curves": 18,
+        "002_curves_cifar10": 18,
+        "000_fusion": 69,
+    }
     for name, jobs in expected.items():
         assert len(plan(load_study(STUDIES / f"{name}.yaml"))) == jobs, name
 
@@ -245,3 +253,81 @@ def test_000_training(tmp_path):
         for degree in (1, 3)
     }
     assert len(at_init[1]) == 2 and at_init[1] == at_init[3]
+
+
+def test_002_curves(tmp_path):
+    """Two independent pairs of Fashion-MNIST VGG-11 x1/8 (seeds 0-1, 2-3), four curve classes
+    each (a few steps of curve training): every class of a pair starts at the same model and
+    ends at a model computing the same function (the second endpoint, or P theta_2: alignment
+    and PAM's rounded permutation move its units, not its function), so the test accuracy and
+    loss at t = 0 and t = 1 agree across the four classes; each curve's minimum accuracy is at
+    most its mean."""
+    tiny = [
+        "--data.init_args.val_size=16",
+        "--data.init_args.alignment_size=16",
+        "--data.init_args.batch_size=32",
+        "--trainer.accelerator=cpu",
+    ]
+    curve = [*tiny, "--model.init_args.evaluation.num_ts=3", "--trainer.limit_train_batches=2"]
+    curve += ["--trainer.limit_val_batches=1"]
+    pam = [*curve, "--model.init_args.pam.curve_epochs=1", "--trainer.max_epochs=2"]
+    pam += ["--model.init_args.pam.select_batches=1", "--model.init_args.pam.bvn_samples=2"]
+    path = tiny_study(
+        "002_curves",
+        tmp_path,
+        grid={"data.init_args.seed": [0, 0, 1, 1], "seed_everything": [0, 1, 2, 3]},
+        train_args=[*tiny, *TINY_FIT, "--trainer.limit_train_batches=2"],
+        stage_args={
+            "unaligned": [*curve, "--trainer.max_epochs=1"],
+            "aligned": [*curve, "--trainer.max_epochs=1", "--model.init_args.plane.size=2"],
+            "pam_unaligned": pam,
+            "pam_aligned": pam,
+        },
+    )
+    study = yaml.safe_load(path.read_text())
+    for stage in study["evaluate"]:
+        stage["pairs"]["reference"] = [0, 2]
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    table = run(path, tmp_path)
+    stages = ("unaligned", "aligned", "pam_unaligned", "pam_aligned")
+    for trial in (0, 1):
+        cell = {"data.init_args.seed": trial}
+        for metric in ("test/acc_start", "test/acc_end", "test/loss_start", "test/loss_end"):
+            got = [values(table, s, metric, **cell) for s in stages]
+            assert all(len(v) == 1 for v in got), (metric, got)
+            assert [v[0] for v in got] == pytest.approx([got[0][0]] * 4, abs=1e-5), (metric, got)
+        for s in stages:
+            (low,) = values(table, s, "test/acc_min", **cell)
+            (mean,) = values(table, s, "test/acc_mean", **cell)
+            assert low <= mean + 1e-9, (s, low, mean)
+
+
+def test_000_fusion(tmp_path):
+    """One pair of MNIST MLPs fused by OTFusion at each point of the stage's own grid (two
+    strategies x rates 0 and 0.5): four fusion jobs of the same pair; at rate 0 nothing is
+    pruned or fine-tuned, so both strategies give the same fused model, to the last digit; the
+    originals' accuracies are the same two models' in every job."""
+    strategy, rate = "model.init_args.prune_strategy", "model.init_args.prune_rate"
+    path = tiny_study(
+        "000_fusion",
+        tmp_path,
+        grid={"data.init_args.seed": [0, 0], "seed_everything": [0, 1]},
+        train_args=[*TINY_MNIST, *TINY_FIT],
+        stage_args={"otfusion": [*TINY_MNIST, "--model.init_args.finetune_epochs=1"]},
+    )
+    study = yaml.safe_load(path.read_text())
+    study["evaluate"][0]["grid"] = {
+        strategy: ["only_prune", "finetune_once"],
+        "model.init_args.prune_rounds": [1, 1],
+        rate: [0.0, 0.5],
+    }
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    table = run(path, tmp_path)
+    assert table[table["stage"] == "otfusion"]["job"].nunique() == 4
+    dense = [
+        values(table, "otfusion", "fused/test/loss", **{strategy: s, rate: 0.0})
+        for s in ("only_prune", "finetune_once")
+    ]
+    assert len(dense[0]) == 1 and dense[0] == dense[1]
+    originals = set(values(table, "otfusion", "originals/test/acc_mean"))
+    assert len(originals) == 1
