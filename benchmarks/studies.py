@@ -2,7 +2,7 @@
 headline numbers from its results table.
 
 Runs ``configs/studies/<name>.yaml`` for 000_init_scale, 000_training, 004_merge_n, 000_pruning,
-003_width, 002_curves and 000_fusion (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
+003_width, 002_curves, 000_fusion and 004_geometry (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
 then its report), one after the other; a folder that already holds the study's done jobs is not
 redone (the engine skips them), so a second call only reads. The numbers come from
 :func:`lmc.studies.results.results` (one row per job and metric), never from logs:
@@ -26,7 +26,11 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
   ``curve_endpoint_acc``, the endpoints' mean test accuracy (t = 0 and 1 of the curves);
 * ``fusion_pruning_raises_acc`` (000 Table 2): the fraction of (strategy, rate > 0) cells whose
   OTFusion test accuracy (mean over the pairs) is above the dense fusion's (rate 0), with
-  ``fusion_acc_rate0`` and ``fusion_acc_best_<strategy>`` (the best rate's accuracy).
+  ``fusion_acc_rate0`` and ``fusion_acc_best_<strategy>`` (the best rate's accuracy);
+* ``geometry_{stemm,mergemany,wm_ref}_{ratio_std,angle_std,sharpness}`` (004 §6.1, §6.2): the
+  spread of the distance ratios and of the triplet angles of the n = 6 permuted models (0 for a
+  regular simplex) and the merged model's tr(H ⊙ θθᵀ), mean over trials, and
+  ``geometry_originals_sharpness``, the originals' mean.
 
 A study left out by ``--only`` prints ``nan`` for its keys. Needs ``LMC_DATA_DIR`` with MNIST
 and FashionMNIST (writable) for all but 003_width. Run ``nice -n 10 python benchmarks/studies.py``
@@ -64,7 +68,9 @@ ORDER = (
     "003_width",
     "002_curves",
     "000_fusion",
+    "004_geometry",
 )
+MERGE_METHODS = ("stemm", "mergemany", "wm_ref")
 FUSION_STRATEGIES = ("only_prune", "finetune_once", "iterative")
 CURVES = ("unaligned", "aligned", "pam_unaligned", "pam_aligned")
 STRATEGY = "trainer.callbacks.init_args.strategy"
@@ -180,6 +186,22 @@ def fusion(table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def geometry(table: pd.DataFrame) -> dict[str, float]:
+    """004 §6.1-6.2: spread of distance ratios and triplet angles, and sharpness, at n = 6."""
+    out = {}
+    for method in MERGE_METHODS:
+        for key, metric in (
+            ("ratio_std", "distance_ratio_std"),
+            ("angle_std", "angle_std"),
+            ("sharpness", "sharpness"),
+        ):
+            rows = _metric(table, "merge", f"{method}/n6/{metric}")
+            out[f"geometry_{method}_{key}"] = float(rows["value"].mean())
+    rows = _metric(table, "merge", "stemm/n6/originals_sharpness")
+    out["geometry_originals_sharpness"] = float(rows["value"].mean())
+    return out
+
+
 READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "000_init_scale": init_scale,
     "000_training": training,
@@ -188,6 +210,7 @@ READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "003_width": width,
     "002_curves": curves,
     "000_fusion": fusion,
+    "004_geometry": geometry,
 }
 KEYS = {
     "000_init_scale": ["init_scale_fit_r2", "init_scale_fit_a", "init_scale_fit_points"],
@@ -219,6 +242,14 @@ KEYS = {
         "fusion_pruning_raises_acc",
         "fusion_acc_rate0",
         *(f"fusion_acc_best_{s}" for s in FUSION_STRATEGIES),
+    ],
+    "004_geometry": [
+        *(
+            f"geometry_{m}_{k}"
+            for m in MERGE_METHODS
+            for k in ("ratio_std", "angle_std", "sharpness")
+        ),
+        "geometry_originals_sharpness",
     ],
 }
 HEADLINE = (

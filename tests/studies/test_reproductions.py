@@ -109,6 +109,7 @@ def test_every_study_file_plans():
         "002_curves": 18,
         "002_curves_cifar10": 18,
         "000_fusion": 69,
+        "004_geometry": 14,
     }
     for name, jobs in expected.items():
         assert len(plan(load_study(STUDIES / f"{name}.yaml"))) == jobs, name
@@ -331,3 +332,38 @@ def test_000_fusion(tmp_path):
     assert len(dense[0]) == 1 and dense[0] == dense[1]
     originals = set(values(table, "otfusion", "originals/test/acc_mean"))
     assert len(originals) == 1
+
+
+def test_004_geometry(tmp_path):
+    """One trial of 3 MNIST models merged at n = 3: the distance ratios of the permuted models
+    average exactly 1 (each pair's distance over the mean of the pairs) and the one triplet's
+    three interior angles average exactly 60 degrees (they sum to 180), for every method; the
+    merged and the originals' sharpness are finite."""
+    path = tiny_study(
+        "004_geometry",
+        tmp_path,
+        grid={"data.init_args.seed": [0, 0, 0], "seed_everything": [0, 1, 2]},
+        train_args=[*TINY_MNIST, *TINY_FIT],
+        stage_args={
+            "merge": [
+                *TINY_MNIST,
+                "--model.init_args.num_models=[3]",
+                "--model.init_args.sharpness_probes=2",
+                "--trainer.max_epochs=1",
+                "--trainer.limit_train_batches=2",
+            ]
+        },
+    )
+    study = yaml.safe_load(path.read_text())
+    for fig in study["figures"]:  # n = 3 here, 6 in the study
+        fig["y"] = [y.replace("/n6/", "/n3/") for y in fig["y"]]
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    table = run(path, tmp_path)
+    for method in ("stemm", "mergemany", "wm_ref"):
+        (ratio,) = values(table, "merge", f"{method}/n3/distance_ratio_mean")
+        (angle,) = values(table, "merge", f"{method}/n3/angle_mean")
+        (sharp,) = values(table, "merge", f"{method}/n3/sharpness")
+        assert ratio == pytest.approx(1.0, abs=1e-6) and angle == pytest.approx(60.0, abs=1e-6)
+        assert math.isfinite(sharp), method
+    (orig,) = values(table, "merge", "stemm/n3/originals_sharpness")
+    assert math.isfinite(orig)
