@@ -134,19 +134,9 @@ def check_study(study: Study) -> dict[str, dict[str, Any]]:
         for s in study.spawn
     ]
     for where, grid, args in grids:
-        for key, values in grid.items():
-            if not has_key(resolved["train"], key):
-                raise StudyError(
-                    f"{where} grid key {key!r} is not in the base config "
-                    f"{', '.join(str(p) for p in train.configs)}; {_near(resolved['train'], key)}"
-                )
-            for value in values:
-                try:
-                    resolve_config(["fit", *args, f"--{key}={cli_value(value)}"])
-                except StudyError as err:
-                    raise StudyError(
-                        f"{where}.grid.{key}: the value {value!r} is refused: {err}"
-                    ) from err
+        _check_grid(
+            where, grid, resolved["train"], ["fit", *args], "the base config", train.configs
+        )
     max_epochs = (resolved["train"].get("trainer") or {}).get("max_epochs")
     for stage in study.spawn:
         late = [e for e in stage.at_epoch if max_epochs is not None and e >= max_epochs > 0]
@@ -159,18 +149,30 @@ def check_study(study: Study) -> dict[str, dict[str, Any]]:
         args = [stage.command, *config_args(stage.configs, stage.args)]
         resolved[stage.name] = resolve_config(args)
         where = f"evaluate stage {stage.name!r}"
-        for key, values in stage.grid.items():
-            if not has_key(resolved[stage.name], key):
-                raise StudyError(
-                    f"{where} grid key {key!r} is not in its config "
-                    f"{', '.join(str(p) for p in stage.configs)}; "
-                    f"{_near(resolved[stage.name], key)}"
-                )
-            for value in values:
-                try:
-                    resolve_config([*args, f"--{key}={cli_value(value)}"])
-                except StudyError as err:
-                    raise StudyError(
-                        f"{where}.grid.{key}: the value {value!r} is refused: {err}"
-                    ) from err
+        _check_grid(where, stage.grid, resolved[stage.name], args, "its config", stage.configs)
     return resolved
+
+
+def _check_grid(
+    where: str,
+    grid: dict[str, list[Any]],
+    resolved: dict[str, Any],
+    args: list[str],
+    what: str,
+    configs: Sequence[Path],
+) -> None:
+    """Every key of ``grid`` is in ``resolved`` (the config ``args`` give) and every value of it
+    parses on top of ``args``."""
+    for key, values in grid.items():
+        if not has_key(resolved, key):
+            raise StudyError(
+                f"{where} grid key {key!r} is not in {what} "
+                f"{', '.join(str(p) for p in configs)}; {_near(resolved, key)}"
+            )
+        for value in values:
+            try:
+                resolve_config([*args, f"--{key}={cli_value(value)}"])
+            except StudyError as err:
+                raise StudyError(
+                    f"{where}.grid.{key}: the value {value!r} is refused: {err}"
+                ) from err
