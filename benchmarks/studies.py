@@ -2,7 +2,7 @@
 headline numbers from its results table.
 
 Runs ``configs/studies/<name>.yaml`` for 000_init_scale, 000_training, 004_merge_n, 000_pruning,
-003_width, 002_curves, 000_fusion and 004_geometry (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
+003_width, 002_curves, 000_fusion, 004_geometry and 003_pq_lr (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
 then its report), one after the other; a folder that already holds the study's done jobs is not
 redone (the engine skips them), so a second call only reads. The numbers come from
 :func:`lmc.studies.results.results` (one row per job and metric), never from logs:
@@ -30,7 +30,10 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
 * ``geometry_{stemm,mergemany,wm_ref}_{ratio_std,angle_std,sharpness}`` (004 §6.1, §6.2): the
   spread of the distance ratios and of the triplet angles of the n = 6 permuted models (0 for a
   regular simplex) and the merged model's tr(H ⊙ θθᵀ), mean over trials, and
-  ``geometry_originals_sharpness``, the originals' mean.
+  ``geometry_originals_sharpness``, the originals' mean;
+* ``pq_lr_{16,64}_{low,high}`` (003 Fig. 5): the PQ index of the per-neuron norms of the
+  hidden layer at the smallest and the largest learning rate per width, mean over seeds, and
+  ``pq_lr_rises`` = 1 if it rises with the learning rate at every step for both widths.
 
 A study left out by ``--only`` prints ``nan`` for its keys. Needs ``LMC_DATA_DIR`` with MNIST
 and FashionMNIST (writable) for all but 003_width. Run ``nice -n 10 python benchmarks/studies.py``
@@ -69,6 +72,7 @@ ORDER = (
     "002_curves",
     "000_fusion",
     "004_geometry",
+    "003_pq_lr",
 )
 MERGE_METHODS = ("stemm", "mergemany", "wm_ref")
 FUSION_STRATEGIES = ("only_prune", "finetune_once", "iterative")
@@ -202,6 +206,19 @@ def geometry(table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def pq_lr(table: pd.DataFrame) -> dict[str, float]:
+    """003 Fig. 5: the hidden layer's PQ index against the learning rate, per width."""
+    rows = _metric(table, "train", "pq/neuron/hidden")
+    out: dict[str, float] = {}
+    rises = True
+    for w, cells in rows.groupby(WIDTH):
+        means = cells.groupby(LR)["value"].mean().sort_index()
+        out[f"pq_lr_{w}_low"], out[f"pq_lr_{w}_high"] = float(means.iloc[0]), float(means.iloc[-1])
+        rises &= bool((means.diff().dropna() > 0).all())
+    out["pq_lr_rises"] = float(rises) if out else math.nan
+    return out
+
+
 READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "000_init_scale": init_scale,
     "000_training": training,
@@ -211,6 +228,7 @@ READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "002_curves": curves,
     "000_fusion": fusion,
     "004_geometry": geometry,
+    "003_pq_lr": pq_lr,
 }
 KEYS = {
     "000_init_scale": ["init_scale_fit_r2", "init_scale_fit_a", "init_scale_fit_points"],
@@ -250,6 +268,10 @@ KEYS = {
             for k in ("ratio_std", "angle_std", "sharpness")
         ),
         "geometry_originals_sharpness",
+    ],
+    "003_pq_lr": [
+        "pq_lr_rises",
+        *(f"pq_lr_{w}_{e}" for w in (16, 64) for e in ("low", "high")),
     ],
 }
 HEADLINE = (

@@ -110,6 +110,7 @@ def test_every_study_file_plans():
         "002_curves_cifar10": 18,
         "000_fusion": 69,
         "004_geometry": 14,
+        "003_pq_lr": 30,
     }
     for name, jobs in expected.items():
         assert len(plan(load_study(STUDIES / f"{name}.yaml"))) == jobs, name
@@ -367,3 +368,32 @@ def test_004_geometry(tmp_path):
         assert math.isfinite(sharp), method
     (orig,) = values(table, "merge", "stemm/n3/originals_sharpness")
     assert math.isfinite(orig)
+
+
+def test_003_pq_lr(tmp_path):
+    """Width 16 at learning rates 0 and 0.2: at rate 0 gradient descent leaves the init, so the
+    hidden layer's PQ index at the end equals the one logged at the start, to the last digit;
+    at 0.2 it moves; every PQ index (p = 1, q = 2) of 16 neuron norms lies in [0, 1 - 16^-1/2]."""
+    import pandas as pd
+
+    width, lr = "model.init_args.net.init_args.width", "model.init_args.optimizer.init_args.lr"
+    path = tiny_study(
+        "003_pq_lr",
+        tmp_path,
+        grid={width: [16, 16], lr: [0.0, 0.2], "seed_everything": [0]},
+        train_args=[
+            "--trainer.max_epochs=20",
+            "--trainer.check_val_every_n_epoch=20",
+            "--trainer.callbacks.init_args.every_n_epochs=10",
+            "--data.init_args.n_train=64",
+            "--data.init_args.n_val=32",
+            "--data.init_args.n_test=32",
+        ],
+    )
+    table = run(path, tmp_path)
+    for rate in (0.0, 0.2):
+        (job,) = set(table[(table["stage"] == "train") & (table[lr] == rate)]["job"])
+        (csv,) = (tmp_path / "out" / "jobs" / "train" / job).rglob("metrics.csv")
+        pq = pd.read_csv(csv)["pq/neuron/hidden"].dropna().to_numpy()
+        assert len(pq) == 3 and all(0.0 <= v <= 1 - 16**-0.5 for v in pq), pq
+        assert (pq[-1] == pq[0]) == (rate == 0.0), (rate, pq)
