@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import Tensor, nn
 
@@ -66,7 +68,13 @@ class TwoLayerReLU(nn.Module):
 
     Row ``i`` of ``hidden.weight`` is student neuron ``w_i``. By default the output weights
     ``a_i`` are fixed at 1 (not trained), as in 003's analysis; set ``train_output=True`` to learn
-    them. Initialisation is N(0, init_std^2) per element (003 B.1).
+    them. Initialisation is N(0, init_std^2) per element (003 B.1), or with ``init="manifold"``
+    a global minimum drawn uniformly from the manifold of minima for the teacher e_1..e_m
+    (``teacher_width`` = m; 003 Assumption 3, Lemma 8, B.1:
+    :func:`lmc.metrics.overlap.sample_minimum`), which gradient descent leaves where it is: the
+    "uniformly sampled solutions" of 003 Figs. 1-3. It needs ``width >= teacher_width``, the
+    output weights fixed at 1, no bias, and the data's teacher e_1..e_m (the
+    :class:`lmc.data.TeacherStudentDataModule` default).
     """
 
     def __init__(
@@ -76,9 +84,32 @@ class TwoLayerReLU(nn.Module):
         init_std: float = 0.01,
         train_output: bool = False,
         bias: bool = False,
+        init: Literal["gaussian", "manifold"] = "gaussian",
+        teacher_width: int | None = None,
     ) -> None:
         super().__init__()
-        self.init_std = init_std
+        if init not in ("gaussian", "manifold"):
+            raise ValueError(f"init must be 'gaussian' or 'manifold', got {init!r}")
+        if init == "manifold":
+            where = "model.init_args.net.init_args"
+            if teacher_width is None:
+                raise ValueError(
+                    f"init: manifold samples a global minimum of a teacher: set {where}."
+                    "teacher_width to the data's teacher_width"
+                )
+            if not 1 <= teacher_width <= min(width, in_features):
+                raise ValueError(
+                    f"init: manifold needs 1 <= teacher_width <= width and <= in_features (every "
+                    f"teacher neuron gets a student neuron), got teacher_width={teacher_width}, "
+                    f"width={width}, in_features={in_features}: set {where}.width >= "
+                    "teacher_width"
+                )
+            if train_output or bias:
+                raise ValueError(
+                    "init: manifold samples minima of the student with output weights fixed at 1 "
+                    f"and no bias: set {where}.train_output=false and {where}.bias=false"
+                )
+        self.init_std, self.init, self.teacher_width = init_std, init, teacher_width
         self.hidden = nn.Linear(in_features, width, bias=bias)
         self.act = nn.ReLU()
         self.head = nn.Linear(width, 1, bias=False)
@@ -87,8 +118,15 @@ class TwoLayerReLU(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """N(0, init_std^2) student neurons, zero bias, output weights 1 (003 B.1)."""
-        nn.init.normal_(self.hidden.weight, 0.0, self.init_std)
+        """N(0, init_std^2) student neurons (or a uniform global minimum with ``init="manifold"``),
+        zero bias, output weights 1 (003 B.1)."""
+        if self.init == "manifold":
+            from lmc.metrics.overlap import sample_minimum
+
+            w = self.hidden.weight
+            w.copy_(sample_minimum(w.shape[0], self.teacher_width, w.shape[1], dtype=w.dtype))
+        else:
+            nn.init.normal_(self.hidden.weight, 0.0, self.init_std)
         if self.hidden.bias is not None:
             nn.init.zeros_(self.hidden.bias)
         nn.init.ones_(self.head.weight)

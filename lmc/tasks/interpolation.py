@@ -63,6 +63,11 @@ class InterpolationTask(EvaluationTask):
             form of 000 §4.1, A.1.1 (:func:`lmc.metrics.gaussian_layer_entropies`, mean over
             the checkpoints): ``entropy_first`` of the first weight layer and ``entropy_max``,
             the maximum over layers, the H of 000's fit L = e^{aH+b}.
+        overlap: also report ``overlap_proportion``, the overlap of the two endpoints' neuron
+            types in the teacher-student setting (003 Def. 4, eq. 6,
+            :func:`lmc.metrics.overlap.solutions_overlap`): each first-layer neuron's type is the
+            teacher neuron it is most aligned with. Needs ``mode: pair`` and a data module with
+            a ``teacher_weight`` (:class:`lmc.data.TeacherStudentDataModule`).
     """
 
     def __init__(
@@ -80,6 +85,7 @@ class InterpolationTask(EvaluationTask):
         seed: int = 0,
         spec: str = "auto",
         entropy: bool = False,
+        overlap: bool = False,
     ) -> None:
         super().__init__()
         save_task_hparams(self, ignore=["net"])
@@ -106,11 +112,17 @@ class InterpolationTask(EvaluationTask):
         self.log_artifact = log_artifact
         self.spec = SpecSource(spec, net)
         self.entropy = entropy
+        if overlap and mode != "pair":
+            raise ValueError(
+                "model.init_args.overlap compares the neuron types of two solutions: use mode: pair"
+            )
+        self.overlap = overlap
         self.result: StudyResult | None = None
         self.report_line: str | None = None  # printed last by `lmc validate`
 
     def evaluate(self) -> None:
         dm = self.trainer.datamodule
+        overlap = self._overlap(dm) if self.overlap else None  # refuses a data module first
         splits, align = eval_and_align_batches(dm, self.splits, self.max_batches, self.device)
         n = len(self.states)
         paths = n * (n - 1) // 2 * (1 if self.matcher == "none" else 2)
@@ -118,6 +130,8 @@ class InterpolationTask(EvaluationTask):
             self._study(dm, splits, align, step)
         if self.entropy:
             self.result.summary.update(self._entropies())
+        if overlap is not None:
+            self.result.summary["overlap_proportion"] = overlap
         out = log_study(self.trainer, self.result)
         s = self.result.summary
         matched = (
@@ -164,6 +178,26 @@ class InterpolationTask(EvaluationTask):
             "entropy_first": sum(h[first] for h in per_model) / len(per_model),
             "entropy_max": sum(max(h.values()) for h in per_model) / len(per_model),
         }
+
+    def _overlap(self, dm: Any) -> float:
+        """003's overlap proportion of the endpoints' first-layer neuron types."""
+        from lmc.metrics.layers import weight_layers
+        from lmc.metrics.overlap import solutions_overlap
+
+        teacher = getattr(dm, "teacher_weight", None)
+        if teacher is None:
+            raise ValueError(
+                "model.init_args.overlap types neurons by the teacher's: the data module "
+                f"{type(dm).__name__} has no teacher_weight (use lmc.data."
+                "TeacherStudentDataModule, or overlap: false)"
+            )
+        model = copy.deepcopy(self.net)
+        firsts = []
+        for state in self.states:
+            load_state(model, state)
+            layer = next(iter(weight_layers(model).values()))
+            firsts.append(layer.weight.detach().cpu().clone())
+        return solutions_overlap(firsts[0], firsts[1], teacher.cpu())
 
     def _save_matched(self, out: Any) -> None:
         from lmc.interpolation.states import weighted_average

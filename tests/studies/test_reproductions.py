@@ -111,6 +111,8 @@ def test_every_study_file_plans():
         "000_fusion": 69,
         "004_geometry": 14,
         "003_pq_lr": 30,
+        "003_mnist_width": 25,
+        "003_overlap": 112,
     }
     for name, jobs in expected.items():
         assert len(plan(load_study(STUDIES / f"{name}.yaml"))) == jobs, name
@@ -397,3 +399,80 @@ def test_003_pq_lr(tmp_path):
         pq = pd.read_csv(csv)["pq/neuron/hidden"].dropna().to_numpy()
         assert len(pq) == 3 and all(0.0 <= v <= 1 - 16**-0.5 for v in pq), pq
         assert (pq[-1] == pq[0]) == (rate == 0.0), (rate, pq)
+
+
+def test_003_mnist_width(tmp_path):
+    """Two widths x two seeds of the 4-layer MNIST MLP, one pair per width: each barrier job
+    interpolates networks of its own width (the width reaches the evaluate stage from the grid),
+    and each barrier, naive and matched, is the largest gap between the test loss along its
+    path and the chord between the endpoints."""
+    width = "model.init_args.net.init_args.width"
+    path = tiny_study(
+        "003_mnist_width",
+        tmp_path,
+        grid={width: [8, 12], "seed_everything": [0, 1]},
+        train_args=[*TINY_MNIST[:3], *TINY_MNIST[4:], *TINY_FIT],
+        stage_args={
+            "barrier": [*TINY_MNIST[:3], *TINY_MNIST[4:], "--model.init_args.num_alphas=3"]
+        },
+    )
+    table = run(path, tmp_path)
+    for w in (8, 12):
+        for series in ("matched", "naive"):
+            assert len(values(table, "barrier", f"barrier_loss_{series}", **{width: w})) == 1
+    paths = series_table(tmp_path / "out", "barrier")
+    paths = paths[paths["metric"] == "test/loss"]
+    assert paths["job"].nunique() == 2 and set(paths["series"]) == {"matched", "naive"}
+    for (job, series), p in paths.groupby(["job", "series"]):
+        alpha, loss = p["x"].to_numpy(), p["value"].to_numpy()
+        chord = (1 - alpha) * loss[0] + alpha * loss[-1]
+        (b,) = values(table, "barrier", f"barrier_loss_{series}", job=job)
+        assert b == pytest.approx(max(loss - chord), abs=1e-6)
+    for w in (8, 12):
+        (job,) = set(table[(table["stage"] == "barrier") & (table[width] == w)]["job"])
+        config = yaml.safe_load(
+            next((tmp_path / "out" / "jobs" / "barrier" / job).rglob("config.yaml")).read_text()
+        )
+        assert config["model"]["init_args"]["net"]["init_args"]["width"] == w
+
+
+def test_003_overlap(tmp_path):
+    """Widths 4 and 6, uniform (manifold) and GD minima, one pair each: at n = m every uniform
+    minimum is the teacher's neurons in some order, so the pair overlaps fully and its matched
+    barrier is 0; each reported overlap equals the one recomputed from the two checkpoints."""
+    import torch
+
+    from lmc.io import load_checkpoint, model_state_dict
+    from lmc.metrics.overlap import solutions_overlap
+
+    width = "model.init_args.net.init_args.width"
+    init = "model.init_args.net.init_args.init"
+    path = tiny_study(
+        "003_overlap",
+        tmp_path,
+        grid={
+            width: [4, 6],
+            "model.init_args.optimizer.init_args.lr": [0.2, 0.2],
+            "trainer.max_epochs": [20, 1],
+            "seed_everything": [0, 1],
+        },
+        train_args=[
+            "--trainer.check_val_every_n_epoch=20",
+            "--data.init_args.n_train=64",
+            "--data.init_args.n_val=32",
+            "--data.init_args.n_test=32",
+        ],
+        stage_args={"barrier": ["--data.init_args.n_train=64", "--data.init_args.n_test=32"]},
+    )
+    table = run(path, tmp_path)
+    (full,) = values(table, "barrier", "overlap_proportion", **{width: 4, init: "manifold"})
+    (barrier,) = values(table, "barrier", "barrier_loss_matched", **{width: 4, init: "manifold"})
+    assert full == 1.0 and barrier == pytest.approx(0.0, abs=1e-6)
+    trained = table[table["stage"] == "train"]
+    for (w, kind), jobs in trained.groupby([width, init]):
+        weights = []
+        for _, job in sorted(set(zip(jobs["seed_everything"], jobs["job"]))):
+            (ckpt,) = (tmp_path / "out" / "jobs" / "train" / job).rglob("last.ckpt")
+            weights.append(model_state_dict(load_checkpoint(ckpt))["hidden.weight"])
+        (reported,) = values(table, "barrier", "overlap_proportion", **{width: w, init: kind})
+        assert reported == solutions_overlap(weights[0], weights[1], torch.eye(10)[:4])

@@ -191,6 +191,13 @@ def test_an_alpha_grid_without_interior_points_is_refused(mnist_pair, tmp_path):
         _validate(root, ckpts, tmp_path / "out", "--model.init_args.num_alphas=2")
 
 
+def test_overlap_needs_a_teacher_and_is_refused_before_work(mnist_pair, tmp_path):
+    root, ckpts = mnist_pair
+    with pytest.raises(ValueError, match="MNISTDataModule has no teacher_weight"):
+        _validate(root, ckpts, tmp_path / "out", "--model.init_args.overlap=true")
+    assert not list((tmp_path / "out").rglob("summary.json"))
+
+
 def test_validate_ends_with_the_line_naming_its_figure_and_summary(mnist_pair, tmp_path, caplog):
     import logging
 
