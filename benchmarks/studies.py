@@ -2,7 +2,8 @@
 headline numbers from its results table.
 
 Runs ``configs/studies/<name>.yaml`` for 000_init_scale, 000_training, 004_merge_n, 000_pruning,
-003_width, 002_curves, 000_fusion, 004_geometry and 003_pq_lr (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
+003_width, 002_curves, 000_fusion, 004_geometry, 003_pq_lr, 003_overlap and 003_mnist_width
+(``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
 then its report), one after the other; a folder that already holds the study's done jobs is not
 redone (the engine skips them), so a second call only reads. The numbers come from
 :func:`lmc.studies.results.results` (one row per job and metric), never from logs:
@@ -33,7 +34,15 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
   ``geometry_originals_sharpness``, the originals' mean;
 * ``pq_lr_{16,64}_{low,high}`` (003 Fig. 5): the PQ index of the per-neuron norms of the
   hidden layer at the smallest and the largest learning rate per width, mean over seeds, and
-  ``pq_lr_rises`` = 1 if it rises with the learning rate at every step for both widths.
+  ``pq_lr_rises`` = 1 if it rises with the learning rate at every step for both widths;
+* ``overlap_min_width`` (003 Fig. 1): the width whose uniform minima overlap least (mean over
+  the pairs; ``overlap_min`` there, ``overlap_large_width`` at the largest width), and
+  ``overlap_barrier_peak_width_{uniform,gd}`` (003 Fig. 2): the width above the teacher's
+  where the matched barrier of uniform and of GD minima peaks (``..._large_width``: the
+  barrier at the largest width);
+* ``mnist_width_barrier_peak_width`` (003 §6, Fig. 7): the 4-layer MNIST MLP width with the
+  largest mean matched test loss barrier, and ``mnist_width_barrier_{matched,naive}_{small,
+  large}`` the barriers at the smallest and largest width.
 
 A study left out by ``--only`` prints ``nan`` for its keys. Needs ``LMC_DATA_DIR`` with MNIST
 and FashionMNIST (writable) for all but 003_width. Run ``nice -n 10 python benchmarks/studies.py``
@@ -73,6 +82,8 @@ ORDER = (
     "000_fusion",
     "004_geometry",
     "003_pq_lr",
+    "003_overlap",
+    "003_mnist_width",
 )
 MERGE_METHODS = ("stemm", "mergemany", "wm_ref")
 FUSION_STRATEGIES = ("only_prune", "finetune_once", "iterative")
@@ -219,6 +230,43 @@ def pq_lr(table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def overlap(table: pd.DataFrame) -> dict[str, float]:
+    """003 Figs. 1-2: the width with the smallest mean overlap of uniform (manifold) minima, the
+    overlap there and at the largest width, and the width above the teacher's where the matched
+    barrier of each kind of minimum peaks."""
+    init = "model.init_args.net.init_args.init"
+    rows = _metric(table, "barrier", "overlap_proportion")
+    out: dict[str, float] = {}
+    uniform = rows[rows[init] == "manifold"].groupby(WIDTH)["value"].mean().sort_index()
+    if len(uniform):
+        out["overlap_min_width"] = int(uniform.idxmin())
+        out["overlap_min"] = float(uniform.min())
+        out["overlap_large_width"] = float(uniform.iloc[-1])
+    barrier = _metric(table, "barrier", "barrier_loss_matched")
+    for kind, name in (("manifold", "uniform"), ("gaussian", "gd")):
+        means = barrier[barrier[init] == kind].groupby(WIDTH)["value"].mean().sort_index()
+        above = means[means.index > TEACHER_WIDTH]
+        if len(above):
+            out[f"overlap_barrier_peak_width_{name}"] = int(above.idxmax())
+            out[f"overlap_barrier_large_width_{name}"] = float(means.iloc[-1])
+    return out
+
+
+def mnist_width(table: pd.DataFrame) -> dict[str, float]:
+    """003 §6, Fig. 7: the MNIST MLP width with the largest mean matched test loss barrier, and
+    the barrier (matched, naive) at the smallest and the largest width."""
+    out: dict[str, float] = {}
+    for series in ("matched", "naive"):
+        means = _metric(table, "barrier", f"barrier_loss_{series}").groupby(WIDTH)["value"].mean()
+        means = means.sort_index()
+        if len(means):
+            out[f"mnist_width_barrier_{series}_small"] = float(means.iloc[0])
+            out[f"mnist_width_barrier_{series}_large"] = float(means.iloc[-1])
+            if series == "matched":
+                out["mnist_width_barrier_peak_width"] = int(means.idxmax())
+    return out
+
+
 READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "000_init_scale": init_scale,
     "000_training": training,
@@ -229,6 +277,8 @@ READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "000_fusion": fusion,
     "004_geometry": geometry,
     "003_pq_lr": pq_lr,
+    "003_overlap": overlap,
+    "003_mnist_width": mnist_width,
 }
 KEYS = {
     "000_init_scale": ["init_scale_fit_r2", "init_scale_fit_a", "init_scale_fit_points"],
@@ -272,6 +322,20 @@ KEYS = {
     "003_pq_lr": [
         "pq_lr_rises",
         *(f"pq_lr_{w}_{e}" for w in (16, 64) for e in ("low", "high")),
+    ],
+    "003_overlap": [
+        "overlap_min_width",
+        "overlap_min",
+        "overlap_large_width",
+        *(
+            f"overlap_barrier_{k}_{n}"
+            for n in ("uniform", "gd")
+            for k in ("peak_width", "large_width")
+        ),
+    ],
+    "003_mnist_width": [
+        "mnist_width_barrier_peak_width",
+        *(f"mnist_width_barrier_{s}_{e}" for s in ("matched", "naive") for e in ("small", "large")),
     ],
 }
 HEADLINE = (

@@ -127,7 +127,7 @@ def check_study(study: Study) -> dict[str, dict[str, Any]]:
     """
     train = study.train
     base = config_args(train.configs, train.args)
-    resolved = {"train": resolve_config(["fit", *base])}
+    resolved = {"train": resolve_config([train.command, *base])}
     grids = [("train", train.grid, base)]
     grids += [
         (f"spawn stage {s.name!r}", s.grid, config_args(train.configs, [*train.args, *s.args]))
@@ -135,7 +135,7 @@ def check_study(study: Study) -> dict[str, dict[str, Any]]:
     ]
     for where, grid, args in grids:
         _check_grid(
-            where, grid, resolved["train"], ["fit", *args], "the base config", train.configs
+            where, grid, resolved["train"], [train.command, *args], "the base config", train.configs
         )
     max_epochs = (resolved["train"].get("trainer") or {}).get("max_epochs")
     for stage in study.spawn:

@@ -206,7 +206,7 @@ def plan(study: Study, resolved: Mapping[str, Mapping[str, Any]] | None = None) 
     train = study.train
     epochs = sorted({e for stage in study.spawn for e in stage.at_epoch})
     points = [f"--spawn_points={json.dumps(epochs)}"] if epochs else []
-    base = ("fit", *config_args(train.configs, [*train.args, *points]))
+    base = (train.command, *config_args(train.configs, [*train.args, *points]))
     jobs = []
     if train.population:
         jobs = _population_jobs(study, base)
@@ -215,11 +215,11 @@ def plan(study: Study, resolved: Mapping[str, Mapping[str, Any]] | None = None) 
         jobs.append(
             Job(
                 TRAIN_STAGE,
-                "fit",
+                train.command,
                 coords,
                 args,
                 (),
-                job_id(TRAIN_STAGE, "fit", args, (), train.configs),
+                job_id(TRAIN_STAGE, train.command, args, (), train.configs),
             )
         )
     ids = [j.id for j in jobs]

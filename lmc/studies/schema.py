@@ -11,6 +11,8 @@ Layout (paths relative to the study file)::
       args: [--trainer.max_epochs=5]                # optional: extra CLI args of every job
       population: true                              # optional: the seed_everything values of
                                                     # each point as one `lmc fit --population`
+      command: fit                                  # optional; validate: jobs that measure
+                                                    # (a FedMA run trains its own clients)
     evaluate:
       - name: barrier
         kind: barrier
@@ -54,6 +56,8 @@ TRAIN_STAGE = "train"
 EVALUATE_KINDS = {"barrier": "pairs", "curve": "pairs", "merge": "groups"}
 # the lmc command an evaluate job runs: validate (measure) or fit (train from the checkpoints)
 EVALUATE_COMMANDS = ("validate", "fit")
+# the lmc command a train job runs: fit (train a model) or validate (a task that measures alone)
+TRAIN_COMMANDS = ("fit", "validate")
 # config keys of the network: models that differ in one cannot be aligned or merged
 ARCHITECTURE_PREFIXES = ("model.init_args.net",)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -129,6 +133,9 @@ class TrainStage:
     args: tuple[str, ...] = ()
     #: train the seeds of each point of the other keys as one ``lmc fit --population`` run
     population: bool = False
+    #: ``fit`` (train: the models the other stages select) or ``validate`` (each job measures
+    #: on its own and leaves no model to select, e.g. FedMA, which trains its own clients)
+    command: str = "fit"
 
 
 SEED_KEY = "seed_everything"
@@ -292,9 +299,17 @@ def _grid(value: Mapping[str, Any], where: str) -> tuple[dict[str, list[Any]], t
 
 def _train(value: Any, base: Path) -> TrainStage:
     value = _mapping(value, "train")
-    _check_keys(value, "train", ("config", "grid"), ("zip", "args", "population"))
+    _check_keys(value, "train", ("config", "grid"), ("zip", "args", "population", "command"))
     grid, groups = _grid(value, "train")
     population = value.get("population", False)
+    command = value.get("command", "fit")
+    if command not in TRAIN_COMMANDS:
+        raise StudyError(
+            f"train.command {command!r}: valid commands: {', '.join(TRAIN_COMMANDS)} (validate: "
+            "jobs that measure on their own, such as a FedMA run)"
+        )
+    if population and command != "fit":
+        raise StudyError("train.population trains models: it needs train.command: fit")
     if not isinstance(population, bool):
         raise StudyError(f"train.population must be true or false, got {population!r}")
     if population and len(grid.get(SEED_KEY, [])) < 2:
@@ -320,6 +335,7 @@ def _train(value: Any, base: Path) -> TrainStage:
         zip=groups,
         args=_str_list(value.get("args"), "train.args"),
         population=population,
+        command=command,
     )
 
 
@@ -567,6 +583,11 @@ def load_study(path: str | Path) -> Study:
         raise StudyError(
             "train.population cannot be combined with spawn stages (a population writes its "
             "members once trained, not at spawn epochs): remove population or the spawn stages"
+        )
+    if train.command != "fit" and (spawned or data.get("evaluate")):
+        raise StudyError(
+            f"train.command: {train.command} jobs leave no trained model, so spawn and evaluate "
+            "stages have nothing to select: remove them, or use train.command: fit"
         )
     sources = {TRAIN_STAGE: _Source(TRAIN_STAGE, train.grid, train.zip)}
     sources.update({s.name: _Source(s.name, s.keys, s.zipped) for s in spawn})

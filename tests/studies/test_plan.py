@@ -190,6 +190,18 @@ BAD = {
         _with_stage(zip=[["a", "b"]]),
         "evaluate stage 'barrier': zip needs a grid",
     ),
+    "unknown train command": (
+        _with_train(command="test"),
+        "train.command 'test': valid commands: fit, validate",
+    ),
+    "validate train jobs selected by a stage": (
+        _with_train(command="validate"),
+        "train.command: validate jobs leave no trained model",
+    ),
+    "validate train jobs as a population": (
+        _with_train(command="validate", population=True),
+        "train.population trains models: it needs train.command: fit",
+    ),
     "executor workers 0": (
         tiny_study(executor={"workers": 0}),
         "executor.workers must be a whole number >= 1, got 0",

@@ -113,6 +113,7 @@ def test_every_study_file_plans():
         "003_pq_lr": 30,
         "003_mnist_width": 25,
         "003_overlap": 112,
+        "000_fedma": 12,
     }
     for name, jobs in expected.items():
         assert len(plan(load_study(STUDIES / f"{name}.yaml"))) == jobs, name
@@ -476,3 +477,28 @@ def test_003_overlap(tmp_path):
             weights.append(model_state_dict(load_checkpoint(ckpt))["hidden.weight"])
         (reported,) = values(table, "barrier", "overlap_proportion", **{width: w, init: kind})
         assert reported == solutions_overlap(weights[0], weights[1], torch.eye(10)[:4])
+
+
+def test_000_fedma(tmp_path):
+    """A study of `lmc validate` jobs (train.command: validate): FedMA of 2 clients at pruning
+    rates 0 and 0.5 from one seed. The clients are trained before any pruning, so both jobs
+    report the same clients' accuracy to the last digit; the fused accuracies are reported."""
+    rate = "model.init_args.prune_rate"
+    path = tiny_study(
+        "000_fedma",
+        tmp_path,
+        grid={rate: [0.0, 0.5], "model.init_args.seed": [0]},
+        train_args=[
+            *TINY_MNIST,
+            "--model.init_args.clients=2",
+            "--model.init_args.local_epochs=1",
+            "--model.init_args.batch_size=32",
+            "--data.init_args.limit_train=null",
+        ],
+    )
+    table = run(path, tmp_path)
+    clients = [values(table, "train", "originals/test/acc_mean", **{rate: r}) for r in (0.0, 0.5)]
+    assert len(clients[0]) == 1 and clients[0] == clients[1]
+    for r in (0.0, 0.5):
+        (acc,) = values(table, "train", "fused/test/acc", **{rate: r})
+        assert 0.0 <= acc <= 1.0
