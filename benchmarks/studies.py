@@ -2,8 +2,8 @@
 headline numbers from its results table.
 
 Runs ``configs/studies/<name>.yaml`` for 000_init_scale, 000_training, 004_merge_n, 000_pruning,
-003_width, 002_curves, 000_fusion, 004_geometry, 003_pq_lr, 003_overlap and 003_mnist_width
-(``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
+003_width, 002_curves, 000_fusion, 004_geometry, 003_pq_lr, 003_overlap, 003_mnist_width and
+000_fedma (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
 then its report), one after the other; a folder that already holds the study's done jobs is not
 redone (the engine skips them), so a second call only reads. The numbers come from
 :func:`lmc.studies.results.results` (one row per job and metric), never from logs:
@@ -42,7 +42,9 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
   barrier at the largest width);
 * ``mnist_width_barrier_peak_width`` (003 §6, Fig. 7): the 4-layer MNIST MLP width with the
   largest mean matched test loss barrier, and ``mnist_width_barrier_{matched,naive}_{small,
-  large}`` the barriers at the smallest and largest width.
+  large}`` the barriers at the smallest and largest width;
+* ``fedma_pruning_raises_acc`` (000 Table 5): the fraction of pruning rates > 0 whose FedMA
+  global test accuracy (mean over seeds) is above the unpruned one, with ``fedma_acc_rate<r>``.
 
 A study left out by ``--only`` prints ``nan`` for its keys. Needs ``LMC_DATA_DIR`` with MNIST
 and FashionMNIST (writable) for all but 003_width. Run ``nice -n 10 python benchmarks/studies.py``
@@ -84,6 +86,7 @@ ORDER = (
     "003_pq_lr",
     "003_overlap",
     "003_mnist_width",
+    "000_fedma",
 )
 MERGE_METHODS = ("stemm", "mergemany", "wm_ref")
 FUSION_STRATEGIES = ("only_prune", "finetune_once", "iterative")
@@ -267,6 +270,18 @@ def mnist_width(table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def fedma(table: pd.DataFrame) -> dict[str, float]:
+    """000 Table 5: FedMA's global test accuracy per pruning rate (mean over seeds), and the
+    fraction of rates > 0 above the unpruned (rate 0) one."""
+    rows = _metric(table, "train", "fused/test/acc")
+    means = rows.groupby("model.init_args.prune_rate")["value"].mean().sort_index()
+    out = {f"fedma_acc_rate{float(r):g}": float(v) for r, v in means.items()}
+    if 0.0 in means.index and len(means) > 1:
+        pruned = means[means.index > 0]
+        out["fedma_pruning_raises_acc"] = float((pruned > means[0.0]).mean())
+    return out
+
+
 READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "000_init_scale": init_scale,
     "000_training": training,
@@ -279,6 +294,7 @@ READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "003_pq_lr": pq_lr,
     "003_overlap": overlap,
     "003_mnist_width": mnist_width,
+    "000_fedma": fedma,
 }
 KEYS = {
     "000_init_scale": ["init_scale_fit_r2", "init_scale_fit_a", "init_scale_fit_points"],
@@ -332,6 +348,10 @@ KEYS = {
             for n in ("uniform", "gd")
             for k in ("peak_width", "large_width")
         ),
+    ],
+    "000_fedma": [
+        "fedma_pruning_raises_acc",
+        *(f"fedma_acc_rate{r:g}" for r in (0.0, 0.1, 0.3, 0.5)),
     ],
     "003_mnist_width": [
         "mnist_width_barrier_peak_width",
