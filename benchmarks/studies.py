@@ -2,8 +2,8 @@
 headline numbers from its results table.
 
 Runs ``configs/studies/<name>.yaml`` for 000_init_scale, 000_training, 004_merge_n, 000_pruning,
-003_width, 002_curves, 000_fusion, 004_geometry, 003_pq_lr, 003_overlap, 003_mnist_width and
-000_fedma (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
+003_width, 002_curves, 000_fusion, 004_geometry, 003_pq_lr, 003_overlap, 003_mnist_width,
+000_fedma and 002_robust_curves (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
 then its report), one after the other; a folder that already holds the study's done jobs is not
 redone (the engine skips them), so a second call only reads. The numbers come from
 :func:`lmc.studies.results.results` (one row per job and metric), never from logs:
@@ -44,7 +44,10 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
   largest mean matched test loss barrier, and ``mnist_width_barrier_{matched,naive}_{small,
   large}`` the barriers at the smallest and largest width;
 * ``fedma_pruning_raises_acc`` (000 Table 5): the fraction of pruning rates > 0 whose FedMA
-  global test accuracy (mean over seeds) is above the unpruned one, with ``fedma_acc_rate<r>``.
+  global test accuracy (mean over seeds) is above the unpruned one, with ``fedma_acc_rate<r>``;
+* ``robust_curve_{unaligned,aligned}_{acc,robust_acc}_{min,mean}`` (002 §5, Fig. 4): the
+  minimum and arc-length mean of clean and PGD test accuracy along the robust curves, mean over
+  the pairs, and ``robust_curve_endpoint_{acc,robust_acc}``.
 
 A study left out by ``--only`` prints ``nan`` for its keys. Needs ``LMC_DATA_DIR`` with MNIST
 and FashionMNIST (writable) for all but 003_width. Run ``nice -n 10 python benchmarks/studies.py``
@@ -87,6 +90,7 @@ ORDER = (
     "003_overlap",
     "003_mnist_width",
     "000_fedma",
+    "002_robust_curves",
 )
 MERGE_METHODS = ("stemm", "mergemany", "wm_ref")
 FUSION_STRATEGIES = ("only_prune", "finetune_once", "iterative")
@@ -282,6 +286,21 @@ def fedma(table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def robust_curves(table: pd.DataFrame) -> dict[str, float]:
+    """002 §5: minimum and arc-length mean of clean and PGD test accuracy along the unaligned and
+    aligned robust curves, mean over the pairs; the endpoints' mean (t = 0 and 1)."""
+    out = {}
+    for stage in ("unaligned", "aligned"):
+        for kind in ("acc", "robust_acc"):
+            for stat, suffix in (("min", "min"), ("mean", "arc_mean")):
+                rows = _metric(table, stage, f"test/{kind}_{suffix}")
+                out[f"robust_curve_{stage}_{kind}_{stat}"] = float(rows["value"].mean())
+    for kind in ("acc", "robust_acc"):
+        ends = pd.concat([_metric(table, "aligned", f"test/{kind}_{e}") for e in ("start", "end")])
+        out[f"robust_curve_endpoint_{kind}"] = float(ends["value"].mean())
+    return out
+
+
 READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "000_init_scale": init_scale,
     "000_training": training,
@@ -295,6 +314,7 @@ READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "003_overlap": overlap,
     "003_mnist_width": mnist_width,
     "000_fedma": fedma,
+    "002_robust_curves": robust_curves,
 }
 KEYS = {
     "000_init_scale": ["init_scale_fit_r2", "init_scale_fit_a", "init_scale_fit_points"],
@@ -352,6 +372,16 @@ KEYS = {
     "000_fedma": [
         "fedma_pruning_raises_acc",
         *(f"fedma_acc_rate{r:g}" for r in (0.0, 0.1, 0.3, 0.5)),
+    ],
+    "002_robust_curves": [
+        *(
+            f"robust_curve_{stage}_{kind}_{stat}"
+            for stage in ("unaligned", "aligned")
+            for kind in ("acc", "robust_acc")
+            for stat in ("min", "mean")
+        ),
+        "robust_curve_endpoint_acc",
+        "robust_curve_endpoint_robust_acc",
     ],
     "003_mnist_width": [
         "mnist_width_barrier_peak_width",

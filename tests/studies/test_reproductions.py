@@ -114,6 +114,7 @@ def test_every_study_file_plans():
         "003_mnist_width": 25,
         "003_overlap": 112,
         "000_fedma": 12,
+        "002_robust_curves": 8,
     }
     for name, jobs in expected.items():
         assert len(plan(load_study(STUDIES / f"{name}.yaml"))) == jobs, name
@@ -502,3 +503,46 @@ def test_000_fedma(tmp_path):
     for r in (0.0, 0.5):
         (acc,) = values(table, "train", "fused/test/acc", **{rate: r})
         assert 0.0 <= acc <= 1.0
+
+
+def test_002_robust_curves(tmp_path):
+    """One pair of adversarially trained Fashion-MNIST VGG-11 x1/8 (1-step PGD, a few steps),
+    an unaligned and an aligned robust curve between them: both start at the same model and end
+    at models computing the same function, so their clean and PGD accuracy and loss at t = 0 and
+    t = 1 agree; every robust accuracy is at most 1 and each curve's minimum at most its mean."""
+    tiny = [
+        "--data.init_args.val_size=16",
+        "--data.init_args.alignment_size=16",
+        "--data.init_args.batch_size=32",
+        "--data.init_args.eval_batch_size=16",
+        "--data.init_args.limit_train=null",
+        "--trainer.accelerator=cpu",
+    ]
+    curve = [*tiny, "--model.init_args.evaluation.num_ts=3", "--trainer.limit_train_batches=2"]
+    curve += ["--trainer.max_epochs=1", "--model.init_args.robust.attack.steps=1"]
+    path = tiny_study(
+        "002_robust_curves",
+        tmp_path,
+        grid={"data.init_args.seed": [0, 0], "seed_everything": [0, 1]},
+        train_args=[
+            *tiny,
+            *TINY_FIT,
+            "--trainer.limit_train_batches=2",
+            "--model.init_args.attack.steps=1",
+        ],
+        stage_args={"unaligned": curve, "aligned": curve},
+    )
+    study = yaml.safe_load(path.read_text())
+    for stage in study["evaluate"]:
+        stage["pairs"]["reference"] = [0]
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    table = run(path, tmp_path)
+    for metric in ("acc", "loss", "robust_acc", "robust_loss"):
+        for end in ("start", "end"):
+            got = [values(table, s, f"test/{metric}_{end}") for s in ("unaligned", "aligned")]
+            assert all(len(v) == 1 for v in got), (metric, got)
+            assert got[0][0] == pytest.approx(got[1][0], abs=1e-5), (metric, end, got)
+    for s in ("unaligned", "aligned"):
+        (low,) = values(table, s, "test/robust_acc_min")
+        (mean,) = values(table, s, "test/robust_acc_mean")
+        assert 0.0 <= low <= mean + 1e-9 <= 1.0 + 1e-9, (s, low, mean)
