@@ -3,7 +3,7 @@ headline numbers from its results table.
 
 Runs ``configs/studies/<name>.yaml`` for 000_init_scale, 000_training, 004_merge_n, 000_pruning,
 003_width, 002_curves, 000_fusion, 004_geometry, 003_pq_lr, 003_overlap, 003_mnist_width,
-000_fedma and 002_robust_curves (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
+000_fedma, 002_robust_curves, 000_training_mnist and 000_pruning_vgg (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
 then its report), one after the other; a folder that already holds the study's done jobs is not
 redone (the engine skips them), so a second call only reads. The numbers come from
 :func:`lmc.studies.results.results` (one row per job and metric), never from logs:
@@ -47,7 +47,11 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
   global test accuracy (mean over seeds) is above the unpruned one, with ``fedma_acc_rate<r>``;
 * ``robust_curve_{unaligned,aligned}_{acc,robust_acc}_{min,mean}`` (002 §5, Fig. 4): the
   minimum and arc-length mean of clean and PGD test accuracy along the robust curves, mean over
-  the pairs, and ``robust_curve_endpoint_{acc,robust_acc}``.
+  the pairs, and ``robust_curve_endpoint_{acc,robust_acc}``;
+* ``training_mnist_{barrier,entropy}_{init,trained}`` (000 §4.2, MNIST): matched test barrier
+  and first-layer entropy before and after training;
+* ``pruning_vgg_lowers_barrier`` (000 Table 1, VGG16 on MNIST): as ``pruning_lowers_barrier``
+  for the reduced VGG-16.
 
 A study left out by ``--only`` prints ``nan`` for its keys. Needs ``LMC_DATA_DIR`` with MNIST
 and FashionMNIST (writable) for all but 003_width. Run ``nice -n 10 python benchmarks/studies.py``
@@ -91,6 +95,8 @@ ORDER = (
     "003_mnist_width",
     "000_fedma",
     "002_robust_curves",
+    "000_training_mnist",
+    "000_pruning_vgg",
 )
 MERGE_METHODS = ("stemm", "mergemany", "wm_ref")
 FUSION_STRATEGIES = ("only_prune", "finetune_once", "iterative")
@@ -107,7 +113,7 @@ def _metric(table: pd.DataFrame, stage: str, metric: str) -> pd.DataFrame:
     return table[(table["stage"] == stage) & (table["metric"] == metric)]
 
 
-def pruning(table: pd.DataFrame) -> dict[str, float]:
+def pruning(table: pd.DataFrame, prefix: str = "pruning") -> dict[str, float]:
     """000 Table 1: how many (strategy, rate > 0) cells have a lower matched barrier than the
     strategy's rate 0, and the mean matched barrier of rate 0 and of the pruned cells."""
     rows = _metric(table, "barrier", "barrier_loss_matched")
@@ -120,9 +126,9 @@ def pruning(table: pd.DataFrame) -> dict[str, float]:
     dense = cells[[k for k in cells.index if float(k[1]) == 0]]
     pruned = cells[[k for k in cells.index if float(k[1]) > 0]]
     return {
-        "pruning_lowers_barrier": lower / total if total else math.nan,
-        "pruning_barrier_rate0": float(dense.mean()),
-        "pruning_barrier_pruned": float(pruned.mean()),
+        f"{prefix}_lowers_barrier": lower / total if total else math.nan,
+        f"{prefix}_barrier_rate0": float(dense.mean()),
+        f"{prefix}_barrier_pruned": float(pruned.mean()),
     }
 
 
@@ -301,6 +307,18 @@ def robust_curves(table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def training_mnist(table: pd.DataFrame) -> dict[str, float]:
+    """000 §4.2 on MNIST: matched test barrier and first-layer entropy (Gaussian closed form) at
+    initialization (learning rate 0) and trained, mean over the pairs."""
+    out = {}
+    for key, metric in (("barrier", "barrier_loss_matched"), ("entropy", "entropy_first")):
+        rows = _metric(table, "barrier", metric)
+        for when, trained in (("init", False), ("trained", True)):
+            cell = rows[(rows[LR] > 0) == trained]
+            out[f"training_mnist_{key}_{when}"] = float(cell["value"].mean())
+    return out
+
+
 READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "000_init_scale": init_scale,
     "000_training": training,
@@ -314,6 +332,8 @@ READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "003_overlap": overlap,
     "003_mnist_width": mnist_width,
     "000_fedma": fedma,
+    "000_training_mnist": training_mnist,
+    "000_pruning_vgg": lambda table: pruning(table, "pruning_vgg"),
     "002_robust_curves": robust_curves,
 }
 KEYS = {
@@ -372,6 +392,14 @@ KEYS = {
     "000_fedma": [
         "fedma_pruning_raises_acc",
         *(f"fedma_acc_rate{r:g}" for r in (0.0, 0.1, 0.3, 0.5)),
+    ],
+    "000_training_mnist": [
+        f"training_mnist_{k}_{when}" for k in ("barrier", "entropy") for when in ("init", "trained")
+    ],
+    "000_pruning_vgg": [
+        "pruning_vgg_lowers_barrier",
+        "pruning_vgg_barrier_rate0",
+        "pruning_vgg_barrier_pruned",
     ],
     "002_robust_curves": [
         *(
