@@ -10,6 +10,8 @@ import ctypes
 import multiprocessing as mp
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -71,10 +73,46 @@ def _die_with_parent() -> None:
         pass
 
 
-def _warm_worker(slots: Any, threads: int, gpus: int) -> None:
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (Linux ``/proc``; ``None`` elsewhere or when it is
+    gone), so a pid the system reused is not taken for the study."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _study_alive(pid: int, started: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - another user's process took the pid
+        return False
+    return started is None or _start_time(pid) == started
+
+
+def _watch_study(pid: int, started: str | None, every: float = 0.5) -> None:
+    """End this worker as soon as the study process ``pid`` is gone. A worker's parent is the
+    fork server, which every worker keeps alive, so neither the parent-death signal nor the
+    pool's pipes reach it while a job runs: without this, a study killed by SIGTERM or SIGKILL
+    (its process alone, not its group) left its workers finishing their jobs into its folder."""
+
+    def watch() -> None:
+        while _study_alive(pid, started):
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="lmc-study-watch", daemon=True).start()
+
+
+def _warm_worker(slots: Any, threads: int, gpus: int, study: tuple[int, str | None]) -> None:
     """Start a worker: its own GPU (round-robin when GPUs exist), ``threads`` CPU threads, and
-    ``lmc``'s CLI imported once, so each job it runs costs only its own work."""
+    ``lmc``'s CLI imported once, so each job it runs costs only its own work. It ends when the
+    study process ``study`` (pid, start time) does."""
     _die_with_parent()
+    _watch_study(*study)
     index = slots.get()
     if gpus:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(index % gpus)
@@ -125,7 +163,7 @@ class LocalPool:
             self.capacity,
             mp_context=self._context,
             initializer=_warm_worker,
-            initargs=(slots, self._threads, self._gpus),
+            initargs=(slots, self._threads, self._gpus, (os.getpid(), _start_time(os.getpid()))),
         )
 
     def submit(self, root: Path, job: Job, inputs: list[Job], extra_args: list[str]) -> Handle:

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -182,3 +183,68 @@ def test_a_merge_stage_merges_each_group_and_jobs_are_wandb_runs(tmp_path, monke
         assert header["run_group"] == "tiny" and header["job_type"] == "train"
         config = next(r for r in read_wandb_records(run) if r.get("type") == "config")
         assert "coordinates" in json.dumps(config)
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_a_killed_study_leaves_no_worker_running_its_jobs(tmp_path):
+    """SIGKILL of the `lmc study run` process alone (not its group): its warm workers, children
+    of the fork server that they keep alive, end within seconds instead of finishing their jobs
+    into the dead study's folder."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    study = tiny_study(evaluate=[])
+    study["train"]["args"] = [*study["train"]["args"], "--trainer.max_epochs=100000"]
+    path = write_study(tmp_path, study)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "lmc", "study", "run", str(path), "--dir", str(out)]
+    proc = subprocess.Popen(
+        [*cmd, "--workers", "2"],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(out.glob("jobs/train/*/job.log"))) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "no job started"
+            time.sleep(0.2)
+        servers = [
+            p for p in _children(proc.pid) if "forkserver" in Path(f"/proc/{p}/cmdline").read_text()
+        ]
+        workers = [w for s in servers for w in _children(s)]
+        assert len(workers) == 2, (servers, workers)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 15
+        while not all(_gone(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert all(_gone(w) for w in workers), "workers outlived their study"
+        assert not list(out.glob("jobs/train/*/job.json"))  # no job finished after the kill
+    finally:
+        try:  # the fork server and any worker left: the study's own process group
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
