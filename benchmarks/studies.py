@@ -55,7 +55,7 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
 
 A study left out by ``--only`` prints ``nan`` for its keys. Needs ``LMC_DATA_DIR`` with MNIST
 and FashionMNIST (writable) for all but 003_width. Run ``nice -n 10 python benchmarks/studies.py``
-(about 30 min on 2 CPU cores; see each study file's header for its scale). The last line is
+(about 46 min on 2 CPU cores for all 15; see each study file's header for its scale). The last line is
 ``pruning_lowers_barrier=<..> stemm_acc_n8=<..> mergemany_acc_n8=<..> wmref_acc_n8=<..>
 init_scale_fit_r2=<..> width_barrier_peak_width=<..>`` and then the extra keys, with the minutes
 each study took (``minutes_<name>``; a study found done takes ~0).
