@@ -184,16 +184,28 @@ def width(table: pd.DataFrame) -> dict[str, float]:
     }
 
 
+def _along_curves(
+    table: pd.DataFrame, prefix: str, stages: tuple[str, ...], kinds: tuple[str, ...]
+) -> dict[str, float]:
+    """``<prefix>_<stage>_<kind>_{min,mean}``: the minimum and the arc-length mean of each test
+    metric ``kind`` along each stage's curves, mean over the pairs; ``<prefix>_endpoint_<kind>``:
+    the endpoints' mean (t = 0 and 1 of the aligned curves)."""
+    out = {}
+    for stage in stages:
+        for kind in kinds:
+            for stat, suffix in (("min", "min"), ("mean", "arc_mean")):
+                rows = _metric(table, stage, f"test/{kind}_{suffix}")
+                out[f"{prefix}_{stage}_{kind}_{stat}"] = float(rows["value"].mean())
+    for kind in kinds:
+        ends = pd.concat([_metric(table, "aligned", f"test/{kind}_{e}") for e in ("start", "end")])
+        out[f"{prefix}_endpoint_{kind}"] = float(ends["value"].mean())
+    return out
+
+
 def curves(table: pd.DataFrame) -> dict[str, float]:
     """002 Table 1: minimum and arc-length mean test accuracy along each curve class, mean over
     the pairs; the endpoints' mean test accuracy."""
-    out = {}
-    for stage in CURVES:
-        for stat, metric in (("min", "test/acc_min"), ("mean", "test/acc_arc_mean")):
-            out[f"curve_{stage}_acc_{stat}"] = float(_metric(table, stage, metric)["value"].mean())
-    ends = pd.concat([_metric(table, "aligned", f"test/acc_{end}") for end in ("start", "end")])
-    out["curve_endpoint_acc"] = float(ends["value"].mean())
-    return out
+    return _along_curves(table, "curve", CURVES, ("acc",))
 
 
 def fusion(table: pd.DataFrame) -> dict[str, float]:
@@ -295,16 +307,7 @@ def fedma(table: pd.DataFrame) -> dict[str, float]:
 def robust_curves(table: pd.DataFrame) -> dict[str, float]:
     """002 §5: minimum and arc-length mean of clean and PGD test accuracy along the unaligned and
     aligned robust curves, mean over the pairs; the endpoints' mean (t = 0 and 1)."""
-    out = {}
-    for stage in ("unaligned", "aligned"):
-        for kind in ("acc", "robust_acc"):
-            for stat, suffix in (("min", "min"), ("mean", "arc_mean")):
-                rows = _metric(table, stage, f"test/{kind}_{suffix}")
-                out[f"robust_curve_{stage}_{kind}_{stat}"] = float(rows["value"].mean())
-    for kind in ("acc", "robust_acc"):
-        ends = pd.concat([_metric(table, "aligned", f"test/{kind}_{e}") for e in ("start", "end")])
-        out[f"robust_curve_endpoint_{kind}"] = float(ends["value"].mean())
-    return out
+    return _along_curves(table, "robust_curve", ("unaligned", "aligned"), ("acc", "robust_acc"))
 
 
 def training_mnist(table: pd.DataFrame) -> dict[str, float]:

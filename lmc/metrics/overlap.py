@@ -74,15 +74,20 @@ def solutions_overlap(w: Tensor, w2: Tensor, teacher: Tensor | None = None) -> f
     )
 
 
-def sample_types(width: int, num_types: int, generator: torch.Generator | None = None) -> Tensor:
-    """Neuron types of a uniformly distributed minimum (003 Assumption 3): each type once, the
-    other ``width - num_types`` neurons of a uniformly drawn type, in a random neuron order."""
+def _free_neurons(width: int, num_types: int) -> int:
+    """``width - num_types``: the neurons of a minimum free to take any type."""
     if not 1 <= num_types <= width:
         raise ValueError(
             f"a global minimum needs at least one student neuron per teacher neuron: width "
             f"{width} < teacher_width {num_types}; use width >= teacher_width"
         )
-    free = torch.randint(num_types, (width - num_types,), generator=generator)
+    return width - num_types
+
+
+def sample_types(width: int, num_types: int, generator: torch.Generator | None = None) -> Tensor:
+    """Neuron types of a uniformly distributed minimum (003 Assumption 3): each type once, the
+    other ``width - num_types`` neurons of a uniformly drawn type, in a random neuron order."""
+    free = torch.randint(num_types, (_free_neurons(width, num_types),), generator=generator)
     types = torch.cat([torch.arange(num_types), free])
     return types[torch.randperm(width, generator=generator)]
 
@@ -110,9 +115,7 @@ def sample_minimum(
 def expected_overlap(width: int, num_types: int) -> float:
     """E[overlap proportion] of two independent uniform minima (003 Assumption 3), exactly: a sum
     over the multinomial type vectors (small widths only; use :func:`simulate_overlap` beyond)."""
-    free = width - num_types
-    if free < 0:
-        raise ValueError(f"width {width} < teacher_width {num_types}")
+    free = _free_neurons(width, num_types)
     vectors = [c for c in itertools.product(range(free + 1), repeat=num_types) if sum(c) == free]
     if len(vectors) > 20_000:
         raise ValueError(f"{len(vectors)} type vectors are too many to enumerate; simulate instead")
@@ -132,12 +135,10 @@ def simulate_overlap(
 ) -> tuple[float, float]:
     """Monte-Carlo mean overlap proportion of two independent uniform minima and its standard
     error, over ``trials`` pairs (003 Fig. 1)."""
-    g = torch.Generator().manual_seed(seed)
-    free = width - num_types
-    if free < 0:
-        raise ValueError(f"width {width} < teacher_width {num_types}")
+    free = _free_neurons(width, num_types)
     if free == 0:
         return 1.0, 0.0
+    g = torch.Generator().manual_seed(seed)
     probs = torch.full((num_types,), 1.0 / num_types)
     draws = torch.multinomial(probs.expand(2 * trials, -1), free, replacement=True, generator=g)
     z = 1 + torch.nn.functional.one_hot(draws, num_types).sum(1).reshape(2, trials, num_types)

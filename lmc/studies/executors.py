@@ -86,9 +86,7 @@ def _start_time(pid: int) -> str | None:
 def _study_alive(pid: int, started: str | None) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - another user's process took the pid
+    except (ProcessLookupError, PermissionError):  # gone, or its pid now another user's
         return False
     return started is None or _start_time(pid) == started
 

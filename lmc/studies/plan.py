@@ -164,20 +164,17 @@ def _evaluate_jobs(
     ]
     jobs = []
     points = grid_points(stage.grid, stage.zip) if stage.grid else [{}]
+    base = (stage.command, *config_args(stage.configs, stage.args))
     for members in _selections(stage, train_jobs):
         first = members[0].coordinates
         values = [m.coordinates[select.vary] for m in members]
+        selected = {k: first[k] for k in select.over}
+        selected[select.vary] = values[1] if isinstance(select, Pairs) else values
+        shared = (*base, *_coord_args({k: first[k] for k in passed}))
+        inputs = tuple(m.id for m in members)
         for point in points:  # the stage's own grid: each selection at every point
-            coords = {k: first[k] for k in select.over}
-            coords[select.vary] = values[1] if isinstance(select, Pairs) else values
-            coords.update(point)
-            args = (
-                stage.command,
-                *config_args(stage.configs, stage.args),
-                *_coord_args({k: first[k] for k in passed}),
-                *_coord_args(point),
-            )
-            inputs = tuple(m.id for m in members)
+            coords = {**selected, **point}
+            args = (*shared, *_coord_args(point))
             jobs.append(
                 Job(
                     stage.name,

@@ -308,10 +308,10 @@ def _train(value: Any, base: Path) -> TrainStage:
             f"train.command {command!r}: valid commands: {', '.join(TRAIN_COMMANDS)} (validate: "
             "jobs that measure on their own, such as a FedMA run)"
         )
-    if population and command != "fit":
-        raise StudyError("train.population trains models: it needs train.command: fit")
     if not isinstance(population, bool):
         raise StudyError(f"train.population must be true or false, got {population!r}")
+    if population and command != "fit":
+        raise StudyError("train.population trains models: it needs train.command: fit")
     if population and len(grid.get(SEED_KEY, [])) < 2:
         raise StudyError(
             f"train.population: true trains the seeds of train.grid.{SEED_KEY} as one "

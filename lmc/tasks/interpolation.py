@@ -191,13 +191,9 @@ class InterpolationTask(EvaluationTask):
                 f"{type(dm).__name__} has no teacher_weight (use lmc.data."
                 "TeacherStudentDataModule, or overlap: false)"
             )
-        model = copy.deepcopy(self.net)
-        firsts = []
-        for state in self.states:
-            load_state(model, state)
-            layer = next(iter(weight_layers(model).values()))
-            firsts.append(layer.weight.detach().cpu().clone())
-        return solutions_overlap(firsts[0], firsts[1], teacher.cpu())
+        first = next(iter(weight_layers(self.net))) + ".weight"
+        a, b = (state[first].cpu() for state in self.states)
+        return solutions_overlap(a, b, teacher.cpu())
 
     def _save_matched(self, out: Any) -> None:
         from lmc.interpolation.states import weighted_average

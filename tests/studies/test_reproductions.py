@@ -60,11 +60,13 @@ def tiny_study(
     grid: dict[str, list[Any]],
     train_args: list[str],
     stage_args: dict[str, list[str]] | None = None,
+    references: list[Any] | None = None,
     **changes: Any,
 ) -> Path:
     """``configs/studies/<name>.yaml`` with ``grid`` entries replaced, ``train_args`` appended to
-    the train args and ``stage_args[stage]`` to an evaluate stage's (later args win), written
-    into ``tmp_path`` with absolute config paths; ``changes`` replace top-level entries."""
+    the train args and ``stage_args[stage]`` to an evaluate stage's (later args win), every
+    stage's ``pairs.reference`` set to ``references`` when given, written into ``tmp_path`` with
+    absolute config paths; ``changes`` replace top-level entries."""
     study = yaml.safe_load((STUDIES / f"{name}.yaml").read_text())
     train = study["train"]
     train["config"] = _absolute(train["config"])
@@ -73,6 +75,8 @@ def tiny_study(
     for stage in study.get("evaluate", []):
         stage["config"] = _absolute(stage["config"])
         stage["args"] = [*stage.get("args", []), *(stage_args or {}).get(stage["name"], [])]
+        if references is not None:
+            stage["pairs"]["reference"] = references
     study.update(changes)
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(study, sort_keys=False))
@@ -90,6 +94,13 @@ def run(path: Path, tmp_path: Path) -> Any:
     for fig in figures:
         assert (tmp_path / "out" / "report" / "figures" / f"{fig.name}.png").stat().st_size > 0
     return results(tmp_path / "out")
+
+
+def gap_above_chord(path: Any) -> tuple[float, Any]:
+    """The largest gap of a path's ``value`` along ``x`` above the chord between its ends (the
+    barrier, recomputed), and the loss along it."""
+    alpha, loss = path["x"].to_numpy(), path["value"].to_numpy()
+    return max(loss - ((1 - alpha) * loss[0] + alpha * loss[-1])), loss
 
 
 def values(table: Any, stage: str, metric: str, **where: Any) -> list[float]:
@@ -184,11 +195,10 @@ def test_000_init_scale(tmp_path):
     paths = series_table(tmp_path / "out", "barrier")
     paths = paths[(paths["series"] == "matched") & (paths["metric"] == "train/loss")]
     for job, path in paths.groupby("job"):
-        alpha, loss = path["x"].to_numpy(), path["value"].to_numpy()
-        chord = (1 - alpha) * loss[0] + alpha * loss[-1]
+        gap, loss = gap_above_chord(path)
         (b,) = values(table, "barrier", "barrier_loss_matched", job=job)
         (normalized,) = values(table, "barrier", "barrier_loss_normalized_matched", job=job)
-        assert b == pytest.approx(max(loss - chord), abs=1e-6)
+        assert b == pytest.approx(gap, abs=1e-6)
         assert normalized == pytest.approx(b / ((loss[0] + loss[-1]) / 2), abs=1e-6)
     fit = fit_exp(h, barrier)
     assert fit is not None and all(math.isfinite(v) for v in fit.values())
@@ -291,11 +301,8 @@ def test_002_curves(tmp_path):
             "pam_unaligned": pam,
             "pam_aligned": pam,
         },
+        references=[0, 2],
     )
-    study = yaml.safe_load(path.read_text())
-    for stage in study["evaluate"]:
-        stage["pairs"]["reference"] = [0, 2]
-    path.write_text(yaml.safe_dump(study, sort_keys=False))
     table = run(path, tmp_path)
     stages = ("unaligned", "aligned", "pam_unaligned", "pam_aligned")
     for trial in (0, 1):
@@ -428,10 +435,8 @@ def test_003_mnist_width(tmp_path):
     paths = paths[paths["metric"] == "test/loss"]
     assert paths["job"].nunique() == 2 and set(paths["series"]) == {"matched", "naive"}
     for (job, series), p in paths.groupby(["job", "series"]):
-        alpha, loss = p["x"].to_numpy(), p["value"].to_numpy()
-        chord = (1 - alpha) * loss[0] + alpha * loss[-1]
         (b,) = values(table, "barrier", f"barrier_loss_{series}", job=job)
-        assert b == pytest.approx(max(loss - chord), abs=1e-6)
+        assert b == pytest.approx(gap_above_chord(p)[0], abs=1e-6)
     for w in (8, 12):
         (job,) = set(table[(table["stage"] == "barrier") & (table[width] == w)]["job"])
         config = yaml.safe_load(
@@ -533,11 +538,8 @@ def test_002_robust_curves(tmp_path):
             "--model.init_args.attack.steps=1",
         ],
         stage_args={"unaligned": curve, "aligned": curve},
+        references=[0],
     )
-    study = yaml.safe_load(path.read_text())
-    for stage in study["evaluate"]:
-        stage["pairs"]["reference"] = [0]
-    path.write_text(yaml.safe_dump(study, sort_keys=False))
     table = run(path, tmp_path)
     for metric in ("acc", "loss", "robust_acc", "robust_loss"):
         for end in ("start", "end"):
