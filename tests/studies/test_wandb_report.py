@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -293,8 +294,9 @@ def test_publish_without_a_connection_says_where_the_spec_stays(spec, tmp_path, 
     assert "lmc study report DIR --wandb ENTITY/PROJECT" in message
     assert seen["silent"] == "true"  # no login prompt while saving
     assert "WANDB_SILENT" not in os.environ  # restored
-    with pytest.raises(RuntimeError, match="its spec stays at /somewhere/wandb_report.json"):
-        wbr.publish(spec, "someone/lmc", path="/somewhere/wandb_report.json")
+    kept = tmp_path / "kept" / "wandb_report.json"
+    with pytest.raises(RuntimeError, match=re.escape(f"its spec stays at {kept}")):
+        wbr.publish(spec, "someone/lmc", path=str(kept))
 
 
 def test_publish_returns_the_url_and_publish_or_save_says_what_happened(
