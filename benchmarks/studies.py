@@ -26,8 +26,12 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
   minimum and the arc-length mean of test accuracy along the curve, mean over the pairs, and
   ``curve_endpoint_acc``, the endpoints' mean test accuracy (t = 0 and 1 of the curves);
 * ``fusion_pruning_raises_acc`` (000 Table 2): the fraction of (strategy, rate > 0) cells whose
-  OTFusion test accuracy (mean over the pairs) is above the dense fusion's (rate 0), with
-  ``fusion_acc_rate0`` and ``fusion_acc_best_<strategy>`` (the best rate's accuracy);
+  OTFusion test accuracy (mean over the pairs) is above the plain dense fusion's
+  (``fusion_acc_rate0``: only_prune at rate 0); ``fusion_pruning_beats_finetune_only``: the
+  fraction of (finetune_once / iterative, rate > 0) cells above their own strategy's rate 0,
+  the fine-tune-only control (the dense models fine-tuned as long, then fused), whose
+  accuracies are ``fusion_finetune_only_acc_{finetune_once,iterative}``; and
+  ``fusion_acc_best_<strategy>`` (the best rate's accuracy);
 * ``geometry_{stemm,mergemany,wm_ref}_{ratio_std,angle_std,sharpness}`` (004 §6.1, §6.2): the
   spread of the distance ratios and of the triplet angles of the n = 6 permuted models (0 for a
   regular simplex) and the merged model's tr(H ⊙ θθᵀ), mean over trials, and
@@ -44,7 +48,8 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
   largest mean matched test loss barrier, and ``mnist_width_barrier_{matched,naive}_{small,
   large}`` the barriers at the smallest and largest width;
 * ``fedma_pruning_raises_acc`` (000 Table 5): the fraction of pruning rates > 0 whose FedMA
-  global test accuracy (mean over seeds) is above the unpruned one, with ``fedma_acc_rate<r>``;
+  global test accuracy (mean over seeds) is above the unpruned one (rate 0: the same local
+  training, so an equal-budget control), with ``fedma_acc_rate<r>``;
 * ``robust_curve_{unaligned,aligned}_{acc,robust_acc}_{min,mean}`` (002 §5, Fig. 4): the
   minimum and arc-length mean of clean and PGD test accuracy along the robust curves, mean over
   the pairs, and ``robust_curve_endpoint_{acc,robust_acc}``;
@@ -210,16 +215,26 @@ def curves(table: pd.DataFrame) -> dict[str, float]:
 
 def fusion(table: pd.DataFrame) -> dict[str, float]:
     """000 Table 2: how many (strategy, rate > 0) cells fuse to a better test accuracy than the
-    dense models (rate 0), mean over the pairs; the dense and each strategy's best accuracy."""
+    plain dense fusion (only_prune at rate 0), mean over the pairs; how many (fine-tuning
+    strategy, rate > 0) cells beat their strategy's fine-tune-only control (rate 0: the dense
+    models fine-tuned as long, then fused); the dense fusion's, each control's and each
+    strategy's best accuracy."""
     rows = _metric(table, "otfusion", "fused/test/acc")
     cells = rows.groupby(["model.init_args.prune_strategy", "model.init_args.prune_rate"])
     means = cells["value"].mean()
-    dense = float(means[[k for k in means.index if float(k[1]) == 0]].mean())
+    rate0 = {k[0]: float(v) for k, v in means.items() if float(k[1]) == 0}
+    dense = rate0.get("only_prune", math.nan)
     pruned = means[[k for k in means.index if float(k[1]) > 0]]
+    tuned = [(k, v) for k, v in pruned.items() if k[0] != "only_prune" and k[0] in rate0]
     out = {
         "fusion_pruning_raises_acc": float((pruned > dense).mean()) if len(pruned) else math.nan,
+        "fusion_pruning_beats_finetune_only": (
+            sum(v > rate0[k[0]] for k, v in tuned) / len(tuned) if tuned else math.nan
+        ),
         "fusion_acc_rate0": dense,
     }
+    for strategy in FUSION_STRATEGIES[1:]:
+        out[f"fusion_finetune_only_acc_{strategy}"] = rate0.get(strategy, math.nan)
     for strategy in FUSION_STRATEGIES:
         best = pruned[[k for k in pruned.index if k[0] == strategy]]
         out[f"fusion_acc_best_{strategy}"] = float(best.max()) if len(best) else math.nan
@@ -367,7 +382,9 @@ KEYS = {
     ],
     "000_fusion": [
         "fusion_pruning_raises_acc",
+        "fusion_pruning_beats_finetune_only",
         "fusion_acc_rate0",
+        *(f"fusion_finetune_only_acc_{s}" for s in FUSION_STRATEGIES[1:]),
         *(f"fusion_acc_best_{s}" for s in FUSION_STRATEGIES),
     ],
     "004_geometry": [

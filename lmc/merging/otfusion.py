@@ -148,7 +148,8 @@ class Pruning:
     """Prune-before-align settings (000 §5): local magnitude pruning of every layer to ``rate``.
 
     Args:
-        rate: the fraction of each layer's weights pruned.
+        rate: the fraction of each layer's weights pruned; 0 with a fine-tuning strategy
+            fine-tunes the dense models (all-ones masks) for the same rounds.
         strategy: ``only_prune`` (simple pruning), ``finetune_once`` (prune, then ``finetune``)
             or ``iterative`` (``rounds`` times: prune a share of ``rate``, then ``finetune``).
         rounds: pruning rounds of ``iterative`` (the rate grows geometrically to ``rate``).

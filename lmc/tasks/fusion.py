@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -34,7 +34,11 @@ class _FusionBase(EvaluationTask):
     def _pruning(
         self, rate: float, strategy: PruneStrategy, rounds: int, tune: Any
     ) -> Pruning | None:
-        if rate <= 0:
+        """The prune-before-align settings; ``None`` (the plain dense fusion) for ``only_prune``
+        at rate 0. A fine-tuning strategy at rate 0 keeps its rounds of fine-tuning with nothing
+        pruned: the dense models get the same training as the pruned ones (the control that
+        separates pruning from the extra training)."""
+        if rate <= 0 and strategy == "only_prune":
             return None
         return Pruning(rate, strategy, rounds, tune if strategy != "only_prune" else None)
 
@@ -45,10 +49,11 @@ class _FusionBase(EvaluationTask):
         originals: Sequence[Mapping[str, Tensor]],
         extra: dict[str, Any],
         seconds: float,
+        scalars: Mapping[str, float] | None = None,
     ) -> dict[str, float]:
         dm = self.trainer.datamodule
         batches = split_batches(dm, sorted({*self.splits, "train"}), self.max_batches, self.device)
-        summary: dict[str, float] = {}
+        summary: dict[str, float] = dict(scalars or {})
 
         def measure(name: str, state: Mapping[str, Tensor], reset: bool) -> None:
             model = materialize(net, state).to(self.device)
@@ -98,7 +103,11 @@ class OTFusionTask(_FusionBase):
         target_width: fused width of every group (default the base's).
         allow_shrink: allow a target narrower than the base.
         prune_rate: magnitude-pruning rate before alignment (0: none).
-        prune_strategy: ``only_prune``, ``finetune_once`` or ``iterative`` (000 §5).
+        prune_strategy: ``only_prune``, ``finetune_once`` or ``iterative`` (000 §5). At rate 0,
+            ``only_prune`` fuses the dense models as they are (the plain dense fusion) and a
+            fine-tuning strategy fine-tunes the dense models for its ``prune_rounds`` x
+            ``finetune_epochs`` epochs before fusing them (the fine-tune-only control: the
+            same training as its pruned cells, nothing pruned).
         prune_rounds: rounds of ``iterative``.
         finetune_epochs, finetune_lr: fine-tuning after each pruning (SGD, momentum 0.9, on the
             training split).
@@ -143,12 +152,19 @@ class OTFusionTask(_FusionBase):
             spec = self.spec_source.resolve(dm, self.device)
             align = split_batches(dm, ["train"], self.max_batches, self.device)["train"]
             rate, strategy, rounds, epochs, lr = self.prune
-            tune = None
-            if rate > 0 and strategy != "only_prune":
+            tune: Callable[[nn.Module], None] | None = None
+            tuned: list[int] = []  # the epochs of every fine-tuning call
+            if strategy != "only_prune":  # also at rate 0: the fine-tune-only control
                 train = [tuple(t.to(self.device) for t in b) for b in dm.train_dataloader()]
-                tune = functools.partial(
+                step = functools.partial(
                     local_train, batches=train, epochs=epochs, lr=lr, seed=self.seed
                 )
+
+                def counted(model: nn.Module) -> None:
+                    tuned.append(epochs)
+                    step(model)
+
+                tune = counted
             start = time.perf_counter()
             res = otfusion(
                 [{k: v.to(self.device) for k, v in s.items()} for s in self.states],
@@ -169,6 +185,7 @@ class OTFusionTask(_FusionBase):
                 self.states,
                 {"checkpoints": self.files, "widths": res.widths},
                 seconds,
+                {"finetune/epochs_per_model": sum(tuned) / len(self.states)},
             )
 
 

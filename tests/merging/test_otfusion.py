@@ -110,6 +110,28 @@ def test_pruning_before_alignment_uses_the_pruning_strategies():
         assert all(torch.isfinite(t).all() for t in out.state.values())
 
 
+@pytest.mark.parametrize("strategy, rounds", [("finetune_once", 1), ("iterative", 2)])
+def test_rate_zero_fine_tunes_the_dense_models(strategy, rounds):
+    """The fine-tune-only control (000 Table 2): a fine-tuning strategy at rate 0 prunes nothing
+    but fine-tunes every model for the same rounds, so it equals fine-tuning the dense models
+    ``rounds`` times without any mask, then fusing them (to float rounding)."""
+    net = _mlp(0)
+    spec, state, perm = _permuted(net)
+    torch.manual_seed(5)
+    batches = [(torch.randn(32, 20), torch.randint(0, 5, (32,))) for _ in range(2)]
+    tune = functools.partial(local_train, batches=batches, epochs=1, lr=0.05, seed=3)
+    control = otfusion([state, perm], spec, net=net, pruning=Pruning(0.0, strategy, rounds, tune))
+    tuned = []
+    for s in (state, perm):
+        model = materialize(net, s)
+        for _ in range(rounds):
+            tune(model)
+        tuned.append(model.state_dict())
+    by_hand = otfusion(tuned, spec, net=net)
+    assert _max_diff(control.state, by_hand.state) < 1e-6
+    assert _max_diff(control.state, otfusion([state, perm], spec, net=net).state) > 1e-3
+
+
 def test_bad_input():
     net = _mlp(0)
     spec, state, perm = _permuted(net)

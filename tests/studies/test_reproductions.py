@@ -5,6 +5,7 @@ tables are checked for the expected rows and for answers known in advance."""
 
 from __future__ import annotations
 
+import importlib
 import math
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from benchmarks import studies as studies_benchmark
 from lmc.data import write_fake_mnist
 from lmc.metrics import gaussian_entropy
 from lmc.studies import load_study, plan, run_study
@@ -318,10 +320,12 @@ def test_002_curves(tmp_path):
 
 
 def test_000_fusion(tmp_path):
-    """One pair of MNIST MLPs fused by OTFusion at each point of the stage's own grid (two
-    strategies x rates 0 and 0.5): four fusion jobs of the same pair; at rate 0 nothing is
-    pruned or fine-tuned, so both strategies give the same fused model, to the last digit; the
-    originals' accuracies are the same two models' in every job."""
+    """One pair of MNIST MLPs fused by OTFusion at each point of the stage's own grid (the three
+    strategies x rates 0 and 0.5): six fusion jobs of the same pair. Rate 0 is each strategy's
+    equal-budget control: only_prune fuses the dense models untouched (0 fine-tuning epochs),
+    finetune_once and iterative fine-tune the dense models for as many epochs (1, 2 x 1) as at
+    rate 0.5, so they differ from the plain dense fusion; the originals' accuracies are the same
+    two models' in every job."""
     strategy, rate = "model.init_args.prune_strategy", "model.init_args.prune_rate"
     path = tiny_study(
         "000_fusion",
@@ -331,21 +335,28 @@ def test_000_fusion(tmp_path):
         stage_args={"otfusion": [*TINY_MNIST, "--model.init_args.finetune_epochs=1"]},
     )
     study = yaml.safe_load(path.read_text())
-    study["evaluate"][0]["grid"] = {
-        strategy: ["only_prune", "finetune_once"],
-        "model.init_args.prune_rounds": [1, 1],
-        rate: [0.0, 0.5],
-    }
+    study["evaluate"][0]["grid"].update({rate: [0.0, 0.5]})
     path.write_text(yaml.safe_dump(study, sort_keys=False))
     table = run(path, tmp_path)
-    assert table[table["stage"] == "otfusion"]["job"].nunique() == 4
-    dense = [
-        values(table, "otfusion", "fused/test/loss", **{strategy: s, rate: 0.0})
-        for s in ("only_prune", "finetune_once")
-    ]
-    assert len(dense[0]) == 1 and dense[0] == dense[1]
+    assert table[table["stage"] == "otfusion"]["job"].nunique() == 6
+    budget = {"only_prune": 0.0, "finetune_once": 1.0, "iterative": 2.0}
+    for s, epochs in budget.items():
+        for r in (0.0, 0.5):
+            got = values(table, "otfusion", "finetune/epochs_per_model", **{strategy: s, rate: r})
+            assert got == [epochs], (s, r, got)
+    (dense,) = values(table, "otfusion", "fused/test/loss", **{strategy: "only_prune", rate: 0.0})
+    for s in ("finetune_once", "iterative"):
+        (control,) = values(table, "otfusion", "fused/test/loss", **{strategy: s, rate: 0.0})
+        assert control != dense, s
     originals = set(values(table, "otfusion", "originals/test/acc_mean"))
     assert len(originals) == 1
+    read = studies_benchmark.fusion(table)
+    assert set(studies_benchmark.KEYS["000_fusion"]) <= set(read)
+    for s in ("finetune_once", "iterative"):
+        (acc,) = values(table, "otfusion", "fused/test/acc", **{strategy: s, rate: 0.0})
+        assert read[f"fusion_finetune_only_acc_{s}"] == acc
+    (acc,) = values(table, "otfusion", "fused/test/acc", **{strategy: "only_prune", rate: 0.0})
+    assert read["fusion_acc_rate0"] == acc
 
 
 def test_004_geometry(tmp_path):
@@ -487,10 +498,31 @@ def test_003_overlap(tmp_path):
         assert reported == solutions_overlap(weights[0], weights[1], torch.eye(10)[:4])
 
 
-def test_000_fedma(tmp_path):
+def test_000_fedma(tmp_path, monkeypatch):
     """A study of `lmc validate` jobs (train.command: validate): FedMA of 2 clients at pruning
     rates 0 and 0.5 from one seed. The clients are trained before any pruning, so both jobs
-    report the same clients' accuracy to the last digit; the fused accuracies are reported."""
+    report the same clients' accuracy to the last digit; the fused accuracies are reported.
+    Rate 0 is an equal-budget control: FedMA prunes with only_prune (no fine-tuning of its own)
+    and both jobs run the same number of local SGD steps (counted here)."""
+    fedma_module = importlib.import_module("lmc.merging.fedma")  # lmc.merging.fedma: the function
+    fusion_task = importlib.import_module("lmc.tasks.fusion")
+    steps: list[list[int]] = [[]]  # per job, the SGD steps of every local_train call
+    prunings: list[Any] = []
+    train, fuse = fedma_module.local_train, fusion_task.fedma
+
+    def counted(model, batches, epochs=1, *args, **kwargs):
+        steps[-1].append(max(epochs, 0) * len(batches))
+        return train(model, batches, epochs, *args, **kwargs)
+
+    def fused(*args, pruning=None, **kwargs):
+        out = fuse(*args, pruning=pruning, **kwargs)
+        prunings.append(pruning)
+        steps.append([])
+        return out
+
+    monkeypatch.setattr(fedma_module, "local_train", counted)
+    monkeypatch.setattr(fusion_task, "local_train", counted)
+    monkeypatch.setattr(fusion_task, "fedma", fused)
     rate = "model.init_args.prune_rate"
     path = tiny_study(
         "000_fedma",
@@ -510,6 +542,11 @@ def test_000_fedma(tmp_path):
     for r in (0.0, 0.5):
         (acc,) = values(table, "train", "fused/test/acc", **{rate: r})
         assert 0.0 <= acc <= 1.0
+    assert sorted(p is None for p in prunings) == [False, True]
+    (pruning,) = [p for p in prunings if p is not None]
+    assert pruning.rate == 0.5 and pruning.strategy == "only_prune" and pruning.finetune is None
+    per_job = [sum(s) for s in steps[:2]]
+    assert steps[2] == [] and per_job[0] == per_job[1] > 0, steps
 
 
 def test_002_robust_curves(tmp_path):
