@@ -10,7 +10,8 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
 
 * ``pruning_lowers_barrier`` (000 Table 1): the fraction of (strategy, rate > 0) cells whose
   weight-matched test loss barrier (``barrier_loss_matched``, mean over the seed pairs) is below
-  that strategy's unpruned (rate 0) barrier;
+  that strategy's unpruned (rate 0) barrier, an equal-budget control (the same optimizer steps;
+  fine-tuning strategies train the unpruned models as long, lottery_ticket still rewinds);
 * ``stemm_acc_n8``, ``mergemany_acc_n8``, ``wmref_acc_n8`` (004 Fig. 3a): the merged model's
   test accuracy at n = 8 on MNIST, mean over trials (``..._fmnist`` for Fashion-MNIST);
 * ``init_scale_fit_r2`` (000 Fig. 2): R² of the fit L = e^{aH+b} of the normalised matched

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import yaml
 
 from benchmarks import studies as studies_benchmark
@@ -206,17 +207,27 @@ def test_000_init_scale(tmp_path):
     assert fit is not None and all(math.isfinite(v) for v in fit.values())
 
 
+def optimizer_steps(out: Path, stage: str, job: str) -> int:
+    """The optimizer steps a training job took (its last checkpoint's ``global_step``)."""
+    ckpt = max((out / "jobs" / stage / job).rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+    return int(torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"])
+
+
 def test_000_pruning(tmp_path):
-    """Two strategies x rates 0 and 0.5 x two seeds: a barrier per cell, and pruning half of
-    every layer lowers the first layer's discrete entropy (000 Lemma 4.1)."""
+    """Three strategies x rates 0 and 0.5 x two seeds: a barrier per cell, and pruning half of
+    every layer lowers the first layer's discrete entropy (000 Lemma 4.1). Rate 0 is each
+    strategy's equal-budget control: every job takes the same optimizer steps (lottery_ticket
+    at rate 0 still rewinds and retrains), and fine-tuning with all-ones masks is plain
+    training, so finetune_once at rate 0 is only_prune at rate 0 to the last digit."""
     strategy = "trainer.callbacks.init_args.strategy"
     rate = "trainer.callbacks.init_args.rate"
+    strategies = ["only_prune", "lottery_ticket", "finetune_once"]
     path = tiny_study(
         "000_pruning",
         tmp_path,
         grid={
-            strategy: ["only_prune", "finetune_once"],
-            "trainer.callbacks.init_args.rounds": [1, 1],
+            strategy: strategies,
+            "trainer.callbacks.init_args.rounds": [1, 1, 1],
             rate: [0.0, 0.5],
             "seed_everything": [0, 1],
         },
@@ -229,12 +240,18 @@ def test_000_pruning(tmp_path):
         stage_args={"barrier": [*TINY_MNIST, "--model.init_args.num_alphas=3"]},
     )
     table = run(path, tmp_path)
-    for s in ("only_prune", "finetune_once"):
+    for s in strategies:
         for r in (0.0, 0.5):
             assert len(values(table, "barrier", "barrier_loss_matched", **{strategy: s, rate: r}))
         dense = values(table, "train", "entropy/layers.0", **{strategy: s, rate: 0.0})
         pruned = values(table, "train", "entropy/layers.0", **{strategy: s, rate: 0.5})
         assert len(dense) == len(pruned) == 2 and max(pruned) < min(dense), s
+    train = table[table["stage"] == "train"]
+    steps = {job: optimizer_steps(tmp_path / "out", "train", job) for job in set(train["job"])}
+    assert len(steps) == 12 and set(steps.values()) == {4}, steps
+    for metric in ("entropy/layers.0", "train/loss"):
+        got = [values(table, "train", metric, **{strategy: s, rate: 0.0}) for s in strategies]
+        assert got[0] == got[2] != got[1], (metric, got)
 
 
 def test_000_training(tmp_path):
@@ -612,8 +629,9 @@ def test_000_training_mnist(tmp_path):
 
 def test_000_pruning_vgg(tmp_path):
     """The reduced VGG-16 half of 000 Table 1: one strategy x rates 0 and 0.5 x two seeds; a
-    barrier per cell (BatchNorm reset along the path), and half of every layer pruned lowers
-    the first convolution's discrete entropy (000 Lemma 4.1)."""
+    barrier per cell (BatchNorm reset along the path), half of every layer pruned lowers the
+    first convolution's discrete entropy (000 Lemma 4.1), and rate 0, the control, takes the
+    same optimizer steps."""
     strategy = "trainer.callbacks.init_args.strategy"
     rate = "trainer.callbacks.init_args.rate"
     path = tiny_study(
@@ -637,3 +655,6 @@ def test_000_pruning_vgg(tmp_path):
     dense = values(table, "train", "entropy/features.0", **{rate: 0.0})
     pruned = values(table, "train", "entropy/features.0", **{rate: 0.5})
     assert len(dense) == len(pruned) == 2 and max(pruned) < min(dense)
+    train = table[table["stage"] == "train"]
+    steps = {job: optimizer_steps(tmp_path / "out", "train", job) for job in set(train["job"])}
+    assert len(steps) == 4 and set(steps.values()) == {4}, steps  # rate 0: the same steps
