@@ -11,9 +11,10 @@ He-normal init of a 784-input layer, ln(2/28) = -2.64 for PyTorch's default U(-1
 Two training recipes (``configs/callbacks/mnist_mlp_entropy.yaml`` is the first):
 
 * ``sgd`` (the key line): He-normal init (000 §4.1 with c_d = 1), SGD lr 0.1, momentum 0.9,
-  weight decay 5e-4, batch 100 (000 A.1.2 trains with SGD, batch 100). Weight decay pulls the
-  weights of uninformative inputs towards zero, so the first-layer neuron distribution
-  concentrates and H̃ falls, the training-time entropy decrease of 000 §4.2.
+  weight decay 5e-4, batch 100 (000 A.1.2: SGD, batch 100; momentum and weight decay are lmc's,
+  000 sets weight decay only for ResNet20). Weight decay pulls the weights of uninformative
+  inputs towards zero, so the first-layer neuron distribution concentrates and H̃ falls, the
+  training-time entropy decrease of 000 §4.2.
 * ``adam`` (``--contrast``): the 004 App. B.1 recipe of ``configs/mnist/mlp.yaml`` (default
   init, Adam 1e-3, batch 512, no weight decay). Here training spreads the small initial weights
   and H̃ *rises*; the same happens with He-normal init and SGD without weight decay. The

@@ -55,7 +55,8 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
   minimum and arc-length mean of clean and PGD test accuracy along the robust curves, mean over
   the pairs, and ``robust_curve_endpoint_{acc,robust_acc}``;
 * ``training_mnist_{barrier,entropy}_{init,trained}`` (000 §4.2, MNIST): matched test barrier
-  and first-layer entropy before and after training;
+  and first-layer entropy before and after training with weight decay 5e-4 (lmc's setting),
+  and ``training_mnist_{barrier,entropy}_{init,trained}_nowd`` without it (000's setting);
 * ``pruning_vgg_lowers_barrier`` (000 Table 1, VGG16 on MNIST): as ``pruning_lowers_barrier``
   for the reduced VGG-16.
 
@@ -111,6 +112,7 @@ STRATEGY = "trainer.callbacks.init_args.strategy"
 RATE = "trainer.callbacks.init_args.rate"
 WIDTH = "model.init_args.net.init_args.width"
 LR = "model.init_args.optimizer.init_args.lr"
+WD = "model.init_args.optimizer.init_args.weight_decay"
 TEACHER_WIDTH = 4  # configs/synthetic/teacher_student.yaml, data.init_args.teacher_width
 MNIST, FMNIST = "lmc.data.MNISTDataModule", "lmc.data.FashionMNISTDataModule"
 
@@ -328,13 +330,17 @@ def robust_curves(table: pd.DataFrame) -> dict[str, float]:
 
 def training_mnist(table: pd.DataFrame) -> dict[str, float]:
     """000 §4.2 on MNIST: matched test barrier and first-layer entropy (Gaussian closed form) at
-    initialization (learning rate 0) and trained, mean over the pairs."""
+    initialization (learning rate 0) and trained, mean over the pairs; with weight decay 5e-4
+    (lmc's setting; keys as before) and, with the suffix ``_nowd``, without (000's)."""
     out = {}
     for key, metric in (("barrier", "barrier_loss_matched"), ("entropy", "entropy_first")):
         rows = _metric(table, "barrier", metric)
-        for when, trained in (("init", False), ("trained", True)):
-            cell = rows[(rows[LR] > 0) == trained]
-            out[f"training_mnist_{key}_{when}"] = float(cell["value"].mean())
+        decay = rows[WD] if WD in rows else pd.Series(0.0005, index=rows.index)
+        for suffix, with_decay in (("", True), ("_nowd", False)):
+            for when, trained in (("init", False), ("trained", True)):
+                cell = rows[((rows[LR] > 0) == trained) & ((decay > 0) == with_decay)]
+                value = float(cell["value"].mean()) if len(cell) else math.nan
+                out[f"training_mnist_{key}_{when}{suffix}"] = value
     return out
 
 
@@ -415,7 +421,10 @@ KEYS = {
         *(f"fedma_acc_rate{r:g}" for r in (0.0, 0.1, 0.3, 0.5)),
     ],
     "000_training_mnist": [
-        f"training_mnist_{k}_{when}" for k in ("barrier", "entropy") for when in ("init", "trained")
+        f"training_mnist_{k}_{when}{suffix}"
+        for suffix in ("", "_nowd")
+        for k in ("barrier", "entropy")
+        for when in ("init", "trained")
     ],
     "000_pruning_vgg": [
         "pruning_vgg_lowers_barrier",

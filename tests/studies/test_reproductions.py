@@ -129,7 +129,7 @@ def test_every_study_file_plans():
         "003_overlap": 112,
         "000_fedma": 12,
         "002_robust_curves": 8,
-        "000_training_mnist": 14,
+        "000_training_mnist": 28,
         "000_pruning_vgg": 40,
     }
     for name, jobs in expected.items():
@@ -607,24 +607,39 @@ def test_002_robust_curves(tmp_path):
 
 
 def test_000_training_mnist(tmp_path):
-    """MNIST MLPs (16 wide) before (learning rate 0) and after a few SGD steps, seeds 0-1 as one
-    population: before training the first layer is He-normal, so its Gaussian closed-form
-    entropy is ½ ln(2πe · 2/784) up to sampling noise; training moves it; one barrier per cell."""
+    """MNIST MLPs (16 wide) before (learning rate 0) and after a few SGD steps, without weight
+    decay (000's setting) and with 5e-4 (lmc's), seeds 0-1 as one population per cell: before
+    training the first layer is He-normal, so its Gaussian closed-form entropy is
+    ½ ln(2πe · 2/784) up to sampling noise, and at learning rate 0 weight decay moves nothing,
+    so both settings' "before" cells agree to the last digit; training moves the entropy, and
+    differently with weight decay; one barrier per cell."""
     lr = "model.init_args.optimizer.init_args.lr"
+    wd = "model.init_args.optimizer.init_args.weight_decay"
     path = tiny_study(
         "000_training_mnist",
         tmp_path,
-        grid={lr: [0.0, 0.1], "seed_everything": [0, 1]},
+        grid={lr: [0.0, 0.1], wd: [0.0, 0.0005], "seed_everything": [0, 1]},
         train_args=[*TINY_MNIST, "--trainer.max_epochs=1", "--test_after_fit=false"],
         stage_args={"barrier": [*TINY_MNIST, "--model.init_args.num_alphas=3"]},
     )
     table = run(path, tmp_path)
-    (before,) = values(table, "barrier", "entropy_first", **{lr: 0.0})
-    (after,) = values(table, "barrier", "entropy_first", **{lr: 0.1})
-    assert before == pytest.approx(gaussian_entropy(math.sqrt(2 / 784)), abs=0.03)
-    assert after != before
-    for rate in (0.0, 0.1):
-        assert len(values(table, "barrier", "barrier_loss_matched", **{lr: rate})) == 1
+    after = {}
+    for decay in (0.0, 0.0005):
+        (before,) = values(table, "barrier", "entropy_first", **{lr: 0.0, wd: decay})
+        (after[decay],) = values(table, "barrier", "entropy_first", **{lr: 0.1, wd: decay})
+        assert before == pytest.approx(gaussian_entropy(math.sqrt(2 / 784)), abs=0.03)
+        assert after[decay] != before
+        for rate in (0.0, 0.1):
+            cell = {lr: rate, wd: decay}
+            assert len(values(table, "barrier", "barrier_loss_matched", **cell)) == 1, cell
+    for metric in ("entropy_first", "barrier_loss_matched"):
+        init = [values(table, "barrier", metric, **{lr: 0.0, wd: d}) for d in (0.0, 0.0005)]
+        assert init[0] == init[1], (metric, init)
+    assert after[0.0] != after[0.0005]
+    read = studies_benchmark.training_mnist(table)
+    assert set(studies_benchmark.KEYS["000_training_mnist"]) <= set(read)
+    assert read["training_mnist_entropy_trained_nowd"] == after[0.0]
+    assert read["training_mnist_entropy_trained"] == after[0.0005]
 
 
 def test_000_pruning_vgg(tmp_path):
