@@ -444,7 +444,7 @@ def test_003_mnist_width(tmp_path):
     """Two widths x two seeds of the 4-layer MNIST MLP, one pair per width: each barrier job
     interpolates networks of its own width (the width reaches the evaluate stage from the grid),
     and each barrier, naive and matched, is the largest gap between the test loss along its
-    path and the chord between the endpoints."""
+    path and the chord between the endpoints; every model trains from He-normal init (003 B.4)."""
     width = "model.init_args.net.init_args.width"
     path = tiny_study(
         "003_mnist_width",
@@ -471,6 +471,11 @@ def test_003_mnist_width(tmp_path):
             next((tmp_path / "out" / "jobs" / "barrier" / job).rglob("config.yaml")).read_text()
         )
         assert config["model"]["init_args"]["net"]["init_args"]["width"] == w
+    for job in set(table[table["stage"] == "train"]["job"]):  # 003 B.4: Kaiming-He init
+        config = yaml.safe_load(
+            next((tmp_path / "out" / "jobs" / "train" / job).rglob("config.yaml")).read_text()
+        )
+        assert config["model"]["init_args"]["net"]["init_args"]["init"] == "he_normal"
 
 
 def test_003_overlap(tmp_path):
