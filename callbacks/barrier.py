@@ -14,7 +14,8 @@ from lightning.pytorch.callbacks import Callback
 
 from callbacks._utils import log_metrics, network
 from lmc.evaluation import LossName, has_batchnorm
-from lmc.interpolation import alpha_grid, cache_batches, interpolate_path
+from lmc.interpolation import alpha_grid, cache_batches, check_definition, interpolate_path
+from lmc.interpolation.barrier import BarrierDefinition
 from lmc.interpolation.states import check_compatible
 from lmc.interpolation.study import Matcher, match_states
 from lmc.io import load_endpoints
@@ -37,6 +38,9 @@ class BarrierMonitor(Callback):
         loss: ``cross_entropy`` or ``mse``; default from the data module's task.
         spec: the permutation spec source (``auto``, ``builtin``, ``derive`` or
             ``package.module:function``; see :mod:`lmc.permutation.source`).
+        barrier: ``chord`` (the largest rise above the chord between the endpoints) or
+            ``abs_chord`` (the largest distance from it, 000 Def. 2.1); see
+            :mod:`lmc.interpolation.barrier`.
     """
 
     def __init__(
@@ -49,8 +53,10 @@ class BarrierMonitor(Callback):
         max_batches: int | None = 4,
         loss: LossName | None = None,
         spec: str = "auto",
+        barrier: BarrierDefinition = "chord",
     ) -> None:
         MATCHERS.check(matcher, "matcher")
+        self.barrier = check_definition(barrier, "BarrierMonitor barrier")
         self.spec_source = check_spec_source(spec, "spec")
         self.paths, self.epochs, self.every = list(checkpoints), epochs, every_n_epochs
         self.matcher, self.num_alphas, self.max_batches, self.loss = (
@@ -106,6 +112,7 @@ class BarrierMonitor(Callback):
                     loss,
                     repair,
                     align,
+                    barrier_definition=self.barrier,
                 )
                 b = path.barriers["val"]
                 metrics[f"barrier/{i}/loss_{name}"] = b["loss"]

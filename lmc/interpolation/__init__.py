@@ -1,7 +1,14 @@
 """Interpolation, barriers, BatchNorm reset and REPAIR: pure functions, no Lightning."""
 
 from lmc.evaluation import EvalResult, cache_batches, evaluate, has_batchnorm, reset_bn
-from lmc.interpolation.barrier import Barrier, alpha_grid, barrier, loss_barrier
+from lmc.interpolation.barrier import (
+    BARRIER_DEFINITIONS,
+    Barrier,
+    alpha_grid,
+    barrier,
+    check_definition,
+    loss_barrier,
+)
 from lmc.interpolation.repair import (
     average_stats,
     channel_stats,
@@ -19,6 +26,8 @@ from lmc.interpolation.study import (
 )
 
 __all__ = [
+    "BARRIER_DEFINITIONS",
+    "check_definition",
     "PathResult",
     "StudyResult",
     "interpolate_path",

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from torch import Tensor, nn
 
 from lmc.evaluation import LossName, evaluate, has_batchnorm, reset_bn
-from lmc.interpolation.barrier import alpha_grid, barrier
+from lmc.interpolation.barrier import BarrierDefinition, alpha_grid, barrier, check_definition
 from lmc.interpolation.repair import (
     average_stats,
     channel_stats,
@@ -32,6 +32,16 @@ Matcher = str  # a name registered in lmc.permutation.MATCHERS
 Repair = Literal["none", "reset_bn", "repair"]
 StateDict = Mapping[str, Tensor]
 Batches = Sequence[Any]
+# the Barrier fields a study summarises as barrier_<field>_<variant>
+BARRIER_SUMMARY_KEYS = (
+    "loss",
+    "acc",
+    "loss_normalized",
+    "loss_chord",
+    "loss_abs_chord",
+    "loss_normalized_chord",
+    "loss_normalized_abs_chord",
+)
 
 
 @dataclass
@@ -104,6 +114,7 @@ def interpolate_path(
     repair_mode: Repair = "none",
     align_batches: Batches | None = None,
     on_point: Callable[[], None] | None = None,
+    barrier_definition: BarrierDefinition = "chord",
 ) -> tuple[PathResult, float]:
     """Evaluate ``(1 - alpha) a + alpha b`` at every alpha on every split (``on_point``, if
     given, is called after each alpha: progress reporting).
@@ -111,8 +122,10 @@ def interpolate_path(
     With a repair mode, each point is evaluated as is (``split/loss_raw``) and after repair
     (``split/loss``); without, ``split/loss`` is the plain interpolation. ``model`` is reused
     for every point (its state is overwritten in place). Returns the path and the seconds spent
-    repairing.
+    repairing. Its barriers are in ``barrier_definition`` (``chord`` or ``abs_chord``,
+    :mod:`lmc.interpolation.barrier`; both loss barriers are kept).
     """
+    check_definition(barrier_definition)
     res = PathResult(alphas=list(alphas))
     repair_seconds = 0.0
     stats_a = stats_b = None
@@ -138,7 +151,7 @@ def interpolate_path(
     for split in splits:
         for suffix in ("", "_raw") if repair_mode != "none" else ("",):
             accs = res.metrics[f"{split}/acc{suffix}"] if loss == "cross_entropy" else None
-            b_ = barrier(alphas, res.metrics[f"{split}/loss{suffix}"], accs)
+            b_ = barrier(alphas, res.metrics[f"{split}/loss{suffix}"], accs, barrier_definition)
             res.barriers[f"{split}{suffix}"] = b_.as_dict()
     return res, repair_seconds
 
@@ -177,6 +190,7 @@ def interpolation_study(
     spec: PermutationSpec | None = None,
     on_path: Callable[[str, PathResult], None] | None = None,
     on_point: Callable[[], None] | None = None,
+    barrier_definition: BarrierDefinition = "chord",
 ) -> StudyResult:
     """Barriers between models before and after matching, and their merges.
 
@@ -185,9 +199,13 @@ def interpolation_study(
     originals and of the aligned models (MergeMany for weight matching), each compared with the
     mean of the endpoints. Summary keys: ``barrier_loss_{naive,matched}``,
     ``barrier_acc_{naive,matched}``, ``barrier_loss_normalized_*`` on the last split given
-    (put ``test`` last), averaged over pairs when N > 2. ``spec`` is the permutation spec
-    (default: the built-in network's, :func:`~lmc.permutation.spec_for`).
+    (put ``test`` last), averaged over pairs when N > 2, in ``barrier_definition`` (``chord``:
+    the largest rise above the chord; ``abs_chord``: the largest distance from it, 000 Def.
+    2.1); ``barrier_loss_{chord,abs_chord}_*`` and ``barrier_loss_normalized_{chord,abs_chord}_*``
+    keep both definitions. ``spec`` is the permutation spec (default: the built-in network's,
+    :func:`~lmc.permutation.spec_for`).
     """
+    check_definition(barrier_definition, "barrier_definition")
     if len(states) < 2:
         raise ValueError(f"an interpolation study needs at least 2 models, got {len(states)}")
     if repair_mode != "none" and align_batches is None:
@@ -219,6 +237,7 @@ def interpolation_study(
                 repair_mode,
                 align_batches,
                 on_point,
+                barrier_definition,
             )
             timings["repair_seconds"] += rs
             if on_path is not None:
@@ -252,7 +271,7 @@ def interpolation_study(
     summary: dict[str, float] = {}
     for variant in variants:
         names_ = [p for p in paths if p == variant or p.startswith(f"{variant}_")]
-        for key in ("loss", "acc", "loss_normalized"):
+        for key in BARRIER_SUMMARY_KEYS:
             vals = [paths[p].barriers[last][key] for p in names_]
             summary[f"barrier_{key}_{variant}"] = float(sum(vals) / len(vals))
         for stat in ("loss", "acc"):

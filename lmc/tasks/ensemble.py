@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from lmc.evaluation import LossName, batch_loss
+from lmc.interpolation.barrier import BarrierDefinition, check_definition
 from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
 from lmc.models.init import reinitialize
 from lmc.optim import default_optimizer
@@ -35,7 +36,8 @@ class TrainAndInterpolateTask(L.LightningModule):
         num_models: how many models to train (2 gives one naive and one matched path).
         optimizer: optimizer over all models' parameters.
         loss: training/evaluation loss; default from the data module's task.
-        matcher, repair, num_alphas, splits, spec: as in :class:`~lmc.tasks.InterpolationTask`.
+        matcher, repair, num_alphas, barrier, splits, spec: as in
+            :class:`~lmc.tasks.InterpolationTask`.
     """
 
     def __init__(
@@ -47,12 +49,14 @@ class TrainAndInterpolateTask(L.LightningModule):
         matcher: Matcher = "weight",
         repair: Repair = "none",
         num_alphas: int = 25,
+        barrier: BarrierDefinition = "chord",
         splits: list[Literal["train", "val", "test"]] | None = None,
         spec: str = "auto",
     ) -> None:
         super().__init__()
         save_task_hparams(self, ignore=["net", "optimizer"])
         MATCHERS.check(matcher, "model.init_args.matcher")
+        self.barrier = check_definition(barrier, "model.init_args.barrier")
         if num_models < 2:
             raise ValueError(f"num_models must be at least 2, got {num_models}")
         seeds = torch.randint(0, 2**31 - 1, (num_models - 1,)).tolist()
@@ -100,6 +104,7 @@ class TrainAndInterpolateTask(L.LightningModule):
             self.num_alphas,
             self._loss,
             spec=self.spec.resolve(dm, self.device),
+            barrier_definition=self.barrier,
         )
         out = log_study(self.trainer, self.result)
         s = self.result.summary

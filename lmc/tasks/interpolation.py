@@ -7,9 +7,15 @@ from typing import Any, Literal
 
 from torch import nn
 
-from lmc.interpolation.barrier import alpha_grid
+from lmc.interpolation.barrier import BarrierDefinition, alpha_grid, check_definition
 from lmc.interpolation.states import check_compatible
-from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
+from lmc.interpolation.study import (
+    BARRIER_SUMMARY_KEYS,
+    Matcher,
+    Repair,
+    StudyResult,
+    interpolation_study,
+)
 from lmc.io import load_endpoints, load_state, save_net_checkpoint
 from lmc.metrics.entropy import gaussian_layer_entropies
 from lmc.permutation.matchers import MATCHERS
@@ -48,6 +54,12 @@ class InterpolationTask(EvaluationTask):
             (cross-covariance) or ``correlation`` (002 Alg. 1).
         repair: ``none``, ``reset_bn`` or ``repair``.
         num_alphas: points of the alpha grid (including both endpoints).
+        barrier: the definition of ``barrier_loss_*``, ``barrier_loss_normalized_*`` and
+            ``barrier_acc_*``: ``chord`` (the largest rise of the path above the chord between
+            its endpoints: Entezari et al., git re-basin, 004) or ``abs_chord`` (the largest
+            distance from the chord, above or below: 000 Def. 2.1). The summary keeps both
+            loss barriers (``barrier_loss_chord_*``, ``barrier_loss_abs_chord_*`` and their
+            ``_normalized_`` forms) whichever is chosen.
         splits: which splits to evaluate; ``train`` means the alignment subset of train. Put the
             split the summary should report last (``test`` by default).
         max_batches: cap on cached batches per split (quick looks).
@@ -78,6 +90,7 @@ class InterpolationTask(EvaluationTask):
         matcher: Matcher = "weight",
         repair: Repair = "none",
         num_alphas: int = 25,
+        barrier: BarrierDefinition = "chord",
         splits: list[Split] | None = None,
         max_batches: int | None = None,
         save_matched: bool = False,
@@ -91,6 +104,7 @@ class InterpolationTask(EvaluationTask):
         save_task_hparams(self, ignore=["net"])
         MATCHERS.check(matcher, "model.init_args.matcher")
         alpha_grid(num_alphas)  # refuse a grid without interior points before any work
+        self.barrier = check_definition(barrier, "model.init_args.barrier")
         if mode == "all_pairs" and len(checkpoints) < 3:
             raise ValueError(
                 f"mode: all_pairs compares 3 or more checkpoints, got {len(checkpoints)}; use "
@@ -120,6 +134,31 @@ class InterpolationTask(EvaluationTask):
         self.result: StudyResult | None = None
         self.report_line: str | None = None  # printed last by `lmc validate`
 
+    @classmethod
+    def produces(cls, init_args: dict[str, Any]) -> set[str]:
+        """The summary keys (and logged ``interp/`` keys) a run with ``init_args`` reports,
+        known before it runs: a study checks its claims against them."""
+        variants = (
+            ["naive"] if init_args.get("matcher", "weight") == "none" else ["naive", "matched"]
+        )
+        keys = {f"barrier_{k}_{v}" for k in BARRIER_SUMMARY_KEYS for v in variants}
+        keys |= {"endpoint_loss_mean", "endpoint_acc_mean"}
+        if init_args.get("mode", "pair") == "all_pairs":
+            splits = init_args.get("splits") or ["train", "test"]
+            keys |= {
+                f"merge_{v}_{split}_{m}"
+                for v in [*variants, "endpoints_mean"]
+                for split in splits
+                for m in ("loss", "acc")
+            }
+        keys |= {f"interp/{k}" for k in keys if k.startswith(("barrier_", "merge_"))}
+        keys |= {"matching_seconds", "repair_seconds", "interpolation_seconds"}
+        if init_args.get("entropy"):
+            keys |= {"entropy_first", "entropy_max"}
+        if init_args.get("overlap"):
+            keys.add("overlap_proportion")
+        return keys
+
     def evaluate(self) -> None:
         dm = self.trainer.datamodule
         overlap = self._overlap(dm) if self.overlap else None  # refuses a data module first
@@ -140,7 +179,7 @@ class InterpolationTask(EvaluationTask):
             else (f" -> {s['barrier_loss_matched']:.4g} matched ({self.matcher} matching)")
         )
         self.report_line = (
-            f"\nBarrier ({self.splits[-1]} split): loss {s['barrier_loss_naive']:.4g} naive"
+            f"\nBarrier ({self.barrier}, {self.splits[-1]} split): loss {s['barrier_loss_naive']:.4g} naive"
             f"{matched}. Figure and summary: {out}\n"
         )
         if self.save_matched and self.trainer.is_global_zero:
@@ -160,6 +199,7 @@ class InterpolationTask(EvaluationTask):
             names=self.checkpoints,
             spec=self.spec.resolve(dm, self.device),
             on_point=step,
+            barrier_definition=self.barrier,
         )
         for key, value in self.result.summary.items():
             if key.startswith(("barrier_", "merge_")):

@@ -70,6 +70,38 @@ def test_barrier_of_a_convex_path_is_zero_never_negative():
         loss_barrier([0.1, 1.0], [1.0, 1.0])
 
 
+def test_barrier_definitions_on_a_path_below_the_chord():
+    """A path that dips below the chord (as at initialisation, 000 §4.1): ``chord`` reads 0,
+    ``abs_chord`` (000 Def. 2.1) the largest dip; both are kept whichever is chosen."""
+    alphas = alpha_grid(21)
+    # chord from 2 to 4 minus a dip of depth 0.3 * 4 a (1 - a): 0.3 at alpha = 0.5
+    losses = [2 + 2 * a - 1.2 * a * (1 - a) for a in alphas]
+    accs = [0.5 + 0.1 * a * (1 - a) for a in alphas]  # above its chord by 0.025 at 0.5
+    chord = barrier(alphas, losses, accs)
+    absolute = barrier(alphas, losses, accs, "abs_chord")
+    assert chord.loss == pytest.approx(0.0, abs=1e-12)
+    assert absolute.loss == pytest.approx(0.3, abs=1e-12) and absolute.alpha_loss == 0.5
+    assert absolute.loss_normalized == pytest.approx(0.3 / 3.0, abs=1e-12)
+    assert chord.acc == pytest.approx(0.0) and absolute.acc == pytest.approx(0.025)
+    for b in (chord, absolute):
+        assert b.loss_chord == pytest.approx(0.0, abs=1e-12)
+        assert b.loss_abs_chord == pytest.approx(0.3, abs=1e-12)
+        assert b.loss_normalized_chord == pytest.approx(0.0, abs=1e-12)
+        assert b.loss_normalized_abs_chord == pytest.approx(0.1, abs=1e-12)
+    # above the chord the two agree: the bump's height
+    bump = [1 + 2 * a + 0.5 * math.exp(-((a - 0.25) ** 2) / 0.001) for a in alphas]
+    assert barrier(alphas, bump, definition="abs_chord").loss == pytest.approx(0.5, abs=1e-9)
+    value, where = loss_barrier(alphas, losses, "abs_chord")
+    assert (value, where) == (pytest.approx(0.3), 0.5)
+
+
+def test_unknown_barrier_definition_names_both():
+    with pytest.raises(ValueError, match="'chord'.*'abs_chord'"):
+        barrier([0.0, 0.5, 1.0], [1.0, 2.0, 1.0], definition="max")
+    with pytest.raises(ValueError, match="abs_chord"):
+        loss_barrier([0.0, 0.5, 1.0], [1.0, 2.0, 1.0], "absolute")
+
+
 def test_mean_loss_is_the_trapezoidal_integral_not_the_plain_mean():
     # L = [0, 0, 1] on [0, 0.5, 1]: trapezoid 0.25, plain mean 1/3
     assert barrier([0.0, 0.5, 1.0], [0.0, 0.0, 1.0]).mean_loss == pytest.approx(0.25, abs=1e-12)

@@ -206,5 +206,32 @@ def test_validate_ends_with_the_line_naming_its_figure_and_summary(mnist_pair, t
         _validate(root, ckpts, tmp_path / "out")
     [run] = run_dirs(tmp_path / "out")
     lines = [r.getMessage().strip() for r in caplog.records if r.name.endswith("rank_zero")]
-    assert lines[-1].startswith("Barrier (test split): loss ")
+    assert lines[-1].startswith("Barrier (chord, test split): loss ")
     assert lines[-1].endswith(f"matched (weight matching). Figure and summary: {run}")
+
+
+def test_abs_chord_barrier_is_the_largest_distance_from_the_chord(mnist_pair, tmp_path):
+    """``barrier: abs_chord`` (000 Def. 2.1) reports sup |L - chord| of the very per-alpha
+    losses of the record, and keeps the ``chord`` barrier beside it."""
+    root, ckpts = mnist_pair
+    _validate(root, ckpts, tmp_path, "--model.init_args.barrier=abs_chord")
+    [run] = run_dirs(tmp_path)
+    record = json.loads((run / "summary.json").read_text())
+    summary, paths = record["summary"], record["paths"]
+    for variant in ("naive", "matched"):
+        alphas = paths[variant]["alphas"]
+        loss = paths[variant]["test/loss"]
+        gap = [v - ((1 - a) * loss[0] + a * loss[-1]) for a, v in zip(alphas, loss)]
+        assert summary[f"barrier_loss_{variant}"] == pytest.approx(max(abs(g) for g in gap))
+        assert summary[f"barrier_loss_abs_chord_{variant}"] == summary[f"barrier_loss_{variant}"]
+        assert summary[f"barrier_loss_chord_{variant}"] == pytest.approx(max(gap))
+        mean_end = (loss[0] + loss[-1]) / 2
+        assert summary[f"barrier_loss_normalized_abs_chord_{variant}"] == pytest.approx(
+            max(abs(g) for g in gap) / mean_end
+        )
+
+
+def test_an_unknown_barrier_definition_is_refused_naming_both(mnist_pair, tmp_path):
+    root, ckpts = mnist_pair
+    with pytest.raises((SystemExit, ValueError)):
+        _validate(root, ckpts, tmp_path, "--model.init_args.barrier=max")
