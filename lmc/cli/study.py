@@ -63,6 +63,13 @@ def _parser() -> argparse.ArgumentParser:
         help="also build a W&B Report of the study's runs there (pip install -e '.[reports]'); "
         "offline, its spec is written to report/wandb_report.json for a later upload",
     )
+    c = sub.add_parser(
+        "claims",
+        help="evaluate the study file's claims on DIR's done jobs: reproduced / contradicted / "
+        "inconclusive, each with its estimate and 95 %% interval",
+    )
+    c.add_argument("dir")
+    c.add_argument("--json", action="store_true", help="print the results as JSON")
     return parser
 
 
@@ -114,6 +121,8 @@ def _dispatch(ns: argparse.Namespace, in_process: bool) -> None:
             raise SystemExit(1)  # the console sees failed jobs in the exit status
     elif ns.command == "report":
         _report(ns.dir, ns.out, ns.wandb, after_run=False)
+    elif ns.command == "claims":
+        _claims(ns.dir, ns.json)
     else:
         for stage, counts in status(ns.dir).items():
             print(f"{stage:10s} " + "  ".join(f"{k} {v}" for k, v in counts.items()))
@@ -142,3 +151,17 @@ def _report(root: str, out: str | None, wandb: str | None, after_run: bool) -> N
         from lmc.studies.wandb_report import publish_or_save
 
         print(publish_or_save(root, report, wandb))
+
+
+def _claims(root: str, as_json: bool) -> None:
+    import json
+
+    from lmc.studies.claims import format_claims, study_claims
+
+    results = study_claims(root)
+    if as_json:
+        print(json.dumps([r.as_dict() for r in results], indent=2, default=str))
+    elif not results:
+        print(f"the study in {root} declares no claims (claims: in its study file)")
+    else:
+        print(format_claims(results))

@@ -150,7 +150,32 @@ def check_study(study: Study) -> dict[str, dict[str, Any]]:
         resolved[stage.name] = resolve_config(args)
         where = f"evaluate stage {stage.name!r}"
         _check_grid(where, stage.grid, resolved[stage.name], args, "its config", stage.configs)
+    if study.claims:
+        from lmc.studies.claims import check_claim_metrics
+
+        check_claim_metrics(study.claims, {k: produced_metrics(v) for k, v in resolved.items()})
     return resolved
+
+
+def produced_metrics(config: Mapping[str, Any]) -> set[str] | None:
+    """The metrics a job of the resolved ``config`` reports, when its task says so before it
+    runs (a ``produces(init_args)`` class method, e.g. :class:`lmc.tasks.InterpolationTask`),
+    else ``None`` (known once a job ran: the report checks the claims then)."""
+    import importlib
+
+    model = config.get("model") or {}
+    path = model.get("class_path") if isinstance(model, Mapping) else None
+    if not isinstance(path, str) or "." not in path:
+        return None
+    module, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+    produces = getattr(cls, "produces", None)
+    if produces is None:
+        return None
+    return set(produces(dict(model.get("init_args") or {})))
 
 
 def _check_grid(

@@ -210,7 +210,11 @@ def write_report(root: str | Path, out: str | Path | None = None) -> Report:
         figures = render_figures(  # checks metrics first
             specs, None, out / "figures", tidy=frames["results"], series=frames["series"]
         )
+    claims = _claims(text, plan, frames["results"]) if done else pd.DataFrame()
     tables = aggregate.write_tables(root, out / "tables", frames)
+    if len(claims):
+        tables["claims"] = out / "tables" / "claims.csv"
+        atomic_write(tables["claims"], lambda f: claims.to_csv(f, index=False), mode="w")
     summary = frames["summary"]
     failed = jobs[jobs.status == "failed"][["stage", "job", "error"]]
     failed = failed.assign(log=[f"jobs/{s}/{j}/job.log" for s, j in zip(failed.stage, failed.job)])
@@ -232,7 +236,17 @@ def write_report(root: str | Path, out: str | Path | None = None) -> Report:
         f"{len(jobs) - done - int((jobs.status == 'failed').sum())} not done"
     )
     content = _Content(
-        name, status_line, notes, text, _grid(plan), figures, summary, failed, times, env_frame
+        name,
+        status_line,
+        notes,
+        text,
+        _grid(plan),
+        figures,
+        summary,
+        failed,
+        times,
+        env_frame,
+        claims,
     )
     _write_html(out / "report.html", content, tables)
     _write_md(out / "report.md", content, out)
@@ -253,6 +267,29 @@ class _Content:
     failed: pd.DataFrame
     times: pd.DataFrame
     env: pd.DataFrame
+    claims: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+_CLAIMS_NOTE = (
+    "Each claim of the study file evaluated over the replicates: estimate (a - b, or a slope) "
+    "with its 95 % t-interval; reproduced: the interval excludes 0 on the paper's side; "
+    "contradicted: on the other side, or it excludes the paper's effect; inconclusive: it holds "
+    "0 and the paper's effect (n_needed: replicates that would resolve it at this spread)."
+)
+_CLAIM_COLUMNS = ["name", "verdict", "source", "claim", "paper", "test", "expect", "estimate"]
+_CLAIM_COLUMNS += ["ci_low", "ci_high", "n", "effect", "n_needed", "detail"]
+
+
+def _claims(text: str, plan: list[dict[str, Any]], tidy: pd.DataFrame) -> pd.DataFrame:
+    """The study file's claims evaluated on the results (:mod:`lmc.studies.claims`)."""
+    from lmc.studies.claims import evaluate_claims, parse_claims, plan_values
+
+    data = yaml.safe_load(text) or {}
+    if not data.get("claims"):
+        return pd.DataFrame()
+    claims = parse_claims(data["claims"], data, plan_values(plan))
+    rows = [r.as_dict() for r in evaluate_claims(claims, tidy)]
+    return pd.DataFrame(rows)[_CLAIM_COLUMNS]
 
 
 def _caption(fig: Any) -> str:
@@ -273,6 +310,9 @@ def _write_html(path: Path, c: _Content, tables: dict[str, Path]) -> None:
         f"<body><h1>Study {html.escape(c.name)}</h1><p>{html.escape(c.status_line)}</p>",
     ]
     parts += [f"<p class='bad'>{html.escape(n)}</p>" for n in c.notes]
+    if len(c.claims):
+        parts.append(f"<h2>Claims</h2><p class='note'>{_CLAIMS_NOTE}</p>")
+        parts.append(_html_table(c.claims, "claims"))
     parts.append("<h2>Figures</h2>")
     if not c.figures:
         parts.append(f"<p class='note'>{_NO_FIGURE}</p>")
@@ -297,6 +337,8 @@ def _write_html(path: Path, c: _Content, tables: dict[str, Path]) -> None:
 def _write_md(path: Path, c: _Content, out: Path) -> None:
     lines = [f"# Study {c.name}", "", c.status_line, ""]
     lines += [f"**{n}**\n" for n in c.notes]
+    if len(c.claims):
+        lines += ["## Claims\n", _CLAIMS_NOTE + "\n", _md_table(c.claims)]
     lines.append("## Figures\n")
     for fig in c.figures:
         rel = fig.png.relative_to(out) if fig.png.is_relative_to(out) else fig.png

@@ -26,6 +26,11 @@ Layout (paths relative to the study file)::
         groups: {over: [model.init_args.net.init_args.width], vary: seed_everything}
         grid: {model.init_args.prune_rate: [0.0, 0.5]}   # optional: every selection evaluated
         zip: []                                         # at each point of the stage's own grid
+    barrier: abs_chord                              # optional: the barrier definition of every
+                                                    # barrier stage (chord | abs_chord), passed
+                                                    # as --model.init_args.barrier
+    claims: [...]                                   # optional: the paper's claims, evaluated by
+                                                    # the report (lmc.studies.claims)
     figures:                                        # optional: the report's figures
       - {name: barrier_vs_width, kind: line, stage: barrier,
          x: model.init_args.net.init_args.width, y: [barrier_loss_matched, barrier_loss_naive]}
@@ -61,6 +66,8 @@ TRAIN_COMMANDS = ("fit", "validate")
 # config keys of the network: models that differ in one cannot be aligned or merged
 ARCHITECTURE_PREFIXES = ("model.init_args.net",)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# the argument by which a study's `barrier:` reaches its barrier stages (InterpolationTask)
+BARRIER_ARG = "--model.init_args.barrier"
 
 
 class StudyError(ValueError):
@@ -186,6 +193,11 @@ class Study:
     spawn: tuple[SpawnStage, ...] = ()
     #: the report's figures (:class:`lmc.studies.figures.FigureSpec`)
     figures: tuple[Any, ...] = ()
+    #: the barrier definition every barrier stage reports (``chord`` or ``abs_chord``), or
+    #: ``None``: each stage config's own (the task's default is ``chord``)
+    barrier: str | None = None
+    #: the paper's claims (:class:`lmc.studies.claims.Claim`), evaluated by the report
+    claims: tuple[Any, ...] = ()
 
     def stage_keys(self) -> dict[str, list[str]]:
         """Every stage's coordinate keys: a training stage's grid (and spawn) keys, an evaluate
@@ -474,7 +486,12 @@ def _groups(value: Any, where: str, source: _Source) -> Groups:
 
 
 def _evaluate(
-    value: Any, i: int, base: Path, sources: dict[str, _Source], taken: set[str]
+    value: Any,
+    i: int,
+    base: Path,
+    sources: dict[str, _Source],
+    taken: set[str],
+    barrier: str | None = None,
 ) -> EvaluateStage:
     where = f"evaluate[{i}]"
     value = _mapping(value, where)
@@ -523,13 +540,21 @@ def _evaluate(
             )
     elif "zip" in value:
         raise StudyError(f"{where}: zip needs a grid (keys of the stage config) to zip")
+    args = _str_list(value.get("args"), f"{where}.args")
+    if barrier is not None and kind == "barrier":
+        if any(a.startswith(f"{BARRIER_ARG}=") for a in args):
+            raise StudyError(
+                f"{where}.args sets {BARRIER_ARG}, which the study's `barrier: {barrier}` sets "
+                "for every barrier stage: remove one of them"
+            )
+        args = (*args, f"{BARRIER_ARG}={barrier}")
     return EvaluateStage(
         name=name,
         kind=kind,
         configs=_configs(value["config"], f"{where}.config", base),
         pairs=select if selector == "pairs" else None,  # type: ignore[arg-type]
         groups=select if selector == "groups" else None,  # type: ignore[arg-type]
-        args=_str_list(value.get("args"), f"{where}.args"),
+        args=args,
         stage=stage,
         command=command,
         grid=grid,
@@ -566,7 +591,10 @@ def load_study(path: str | Path) -> Study:
         raise StudyError(f"{path} is not valid YAML: {err}") from None
     data = _mapping(data, f"the study file {path}")
     _check_keys(
-        data, "the study file", ("name", "train"), ("spawn", "evaluate", "executor", "figures")
+        data,
+        "the study file",
+        ("name", "train"),
+        ("spawn", "evaluate", "executor", "figures", "barrier", "claims"),
     )
     name = data["name"]
     if not isinstance(name, str) or not _NAME.match(name):
@@ -594,7 +622,10 @@ def load_study(path: str | Path) -> Study:
     stages = data.get("evaluate") or []
     if not isinstance(stages, list):
         raise StudyError(f"evaluate must be a list of stages, got {stages!r}")
-    evaluate = tuple(_evaluate(s, i, path.parent, sources, taken) for i, s in enumerate(stages))
+    barrier = _barrier(data.get("barrier"), stages)
+    evaluate = tuple(
+        _evaluate(s, i, path.parent, sources, taken, barrier) for i, s in enumerate(stages)
+    )
     study = Study(
         name=name,
         train=train,
@@ -603,6 +634,7 @@ def load_study(path: str | Path) -> Study:
         text=text,
         executor=_executor(data.get("executor")),
         spawn=spawn,
+        barrier=barrier,
     )
     if data.get("figures"):
         from dataclasses import replace
@@ -610,4 +642,29 @@ def load_study(path: str | Path) -> Study:
         from lmc.studies.figures import parse_figures
 
         study = replace(study, figures=parse_figures(data["figures"], study.stage_keys()))
+    if data.get("claims") is not None:
+        from dataclasses import replace
+
+        from lmc.studies.claims import parse_claims
+
+        study = replace(study, claims=parse_claims(data["claims"], study))
     return study
+
+
+def _barrier(value: Any, stages: Any) -> str | None:
+    """The study's ``barrier:`` definition, checked (``None`` when it has none)."""
+    if value is None:
+        return None
+    from lmc.interpolation.barrier import BARRIER_DEFINITIONS
+
+    if value not in BARRIER_DEFINITIONS:
+        names = "; ".join(f"{k} = {v}" for k, v in BARRIER_DEFINITIONS.items())
+        raise StudyError(f"barrier: unknown barrier definition {value!r}; use one of: {names}")
+    if isinstance(stages, list) and not any(
+        isinstance(s, Mapping) and s.get("kind") == "barrier" for s in stages
+    ):
+        raise StudyError(
+            f"barrier: {value} sets the definition of the barrier stages, but the study has "
+            "no evaluate stage of kind barrier: remove it"
+        )
+    return value

@@ -109,6 +109,21 @@ def _bad_pairs(**pairs):
     return study
 
 
+def _claim(**changes):
+    claim = {
+        "name": "wider_is_flatter",
+        "claim": "the barrier falls with the width",
+        "source": "003 §4",
+        "test": "difference",
+        "stage": "barrier",
+        "metric": "barrier_loss_matched",
+        "a": {"where": {WIDTH: 8}},
+        "b": {"where": {WIDTH: 4}},
+        "expect": "less",
+    }
+    return claim | changes
+
+
 BAD = {
     "unknown study key": (_bad(trian={}), "unknown key 'trian' in the study file"),
     "unknown train key": (
@@ -202,6 +217,30 @@ BAD = {
         _with_train(command="validate", population=True),
         "train.population trains models: it needs train.command: fit",
     ),
+    "unknown barrier definition": (
+        tiny_study(barrier="max"),
+        "barrier: unknown barrier definition 'max'; use one of: chord = ",
+    ),
+    "barrier definition without a barrier stage": (
+        tiny_study(barrier="abs_chord", evaluate=[]),
+        "no evaluate stage of kind barrier",
+    ),
+    "barrier definition set twice": (
+        _with_stage(args=["--model.init_args.barrier=chord"]) | {"barrier": "abs_chord"},
+        "sets --model.init_args.barrier, which the study's `barrier: abs_chord` sets",
+    ),
+    "claim on a stage the study lacks": (
+        tiny_study(claims=[_claim(stage="merge")]),
+        "stage 'merge' is not a stage of the study; its stages: train, barrier",
+    ),
+    "claim on a value the study does not run": (
+        tiny_study(claims=[_claim(a={"where": {WIDTH: 16}})]),
+        f"{WIDTH}=16 is not a value the study runs; its values: [4, 8]",
+    ),
+    "claim on a metric the stage does not produce": (
+        tiny_study(claims=[_claim(metric="barrier_los_matched")]),
+        "reads 'barrier_los_matched', which stage 'barrier' does not produce; it produces: ",
+    ),
     "executor workers 0": (
         tiny_study(executor={"workers": 0}),
         "executor.workers must be a whole number >= 1, got 0",
@@ -218,6 +257,18 @@ def test_bad_input_is_refused_before_any_job(tmp_path, case):
         run_study(path, tmp_path / "out", runner=ran.append, log=lambda _: None)
     assert message in str(err.value)
     assert not ran and not (tmp_path / "out" / "jobs").exists()
+
+
+def test_the_study_barrier_definition_reaches_every_barrier_stage(tmp_path):
+    study, jobs = load_and_plan(write_study(tmp_path, tiny_study(barrier="abs_chord")))
+    assert study.barrier == "abs_chord"
+    barrier = [j for j in jobs if j.stage == "barrier"]
+    assert barrier and all("--model.init_args.barrier=abs_chord" in j.args for j in barrier)
+    assert not any(
+        "--model.init_args.barrier" in a for j in jobs if j.stage == "train" for a in j.args
+    )
+    _, plain = load_and_plan(write_study(tmp_path / "plain", tiny_study()))
+    assert not any("--model.init_args.barrier" in a for j in plain for a in j.args)
 
 
 def test_shipped_example_plans(capsys):
