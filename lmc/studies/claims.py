@@ -67,7 +67,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from lmc.studies.schema import TRAIN_STAGE, Study, StudyError
+from lmc.studies.schema import Study, StudyError
 
 CONFIDENCE = 0.95
 TESTS = ("difference", "ordering", "trend", "fit")
@@ -188,17 +188,40 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 
 
 def stage_values(study: Study) -> dict[str, dict[str, list[Any]]]:
-    """Every stage's coordinate keys with the values its jobs take."""
-    out: dict[str, dict[str, list[Any]]] = {TRAIN_STAGE: dict(study.train.grid)}
-    for spawn in study.spawn:
-        out[spawn.name] = dict(spawn.keys)
-    for stage in study.evaluate:
-        source, _ = study.training_stage(stage.stage)
-        select = stage.select
-        values = {k: list(source[k]) for k in select.over}
-        values[select.vary] = list(source[select.vary])
-        values.update(stage.grid)
-        out[stage.name] = values
+    """Every stage's coordinate keys with the values its jobs take (from its plan)."""
+    return plan_values(_jobs(study))
+
+
+def _jobs(study: Study) -> list[dict[str, Any]]:
+    from lmc.studies.plan import plan
+
+    return [job.to_json() for job in plan(study)]
+
+
+def plan_ties(plan: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, set[str]]]:
+    """Per stage, the keys each coordinate key determines: ``b`` is tied to ``a`` when every
+    job of the stage with one value of ``a`` has one value of ``b`` (a zipped learning rate is
+    tied to the width it goes with)."""
+    from lmc.studies.aggregate import cell_key
+
+    by_stage: dict[str, list[Mapping[str, Any]]] = {}
+    for job in plan:
+        by_stage.setdefault(job["stage"], []).append(job["coordinates"])
+    out: dict[str, dict[str, set[str]]] = {}
+    for stage, coords in by_stage.items():
+        keys = list(dict.fromkeys(k for c in coords for k in c))
+        ties: dict[str, set[str]] = {}
+        for a in keys:
+            for b in keys:
+                if a == b:
+                    continue
+                seen: dict[Any, Any] = {}
+                if all(
+                    seen.setdefault(cell_key(c.get(a)), cell_key(c.get(b))) == cell_key(c.get(b))
+                    for c in coords
+                ):
+                    ties.setdefault(a, set()).add(b)
+        out[stage] = ties
     return out
 
 
@@ -232,11 +255,18 @@ def _where(
     value: Any,
     at: str,
     stage: str,
-    values: dict[str, list[Any]],
+    values: dict[str, dict[str, list[Any]]],
     free: set[str],
+    ties: dict[str, dict[str, set[str]]] | None = None,
+    axis: str | None = None,
 ) -> dict[str, Any]:
     where = dict(_mapping(value or {}, at))
     keys = values[stage]
+    tied = (ties or {}).get(stage, {})
+    # a key tied to the x axis (a zipped learning rate) varies with it, one tied to a fixed key
+    # is fixed with it
+    free = free | (tied.get(axis, set()) if axis else set())
+    fixed = set(where) | {t for k in where for t in tied.get(k, ())}
     for key, v in where.items():
         if key not in keys:
             raise StudyError(
@@ -251,7 +281,7 @@ def _where(
             raise StudyError(
                 f"{at}: {key}={v!r} is not a value the study runs; its values: {keys[key]!r}"
             )
-    missing = [k for k in keys if k not in where and k not in free]
+    missing = [k for k in keys if k not in fixed and k not in free]
     if missing:
         raise StudyError(
             f"{at} must fix every coordinate of stage {stage!r} but the replicates "
@@ -267,7 +297,10 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def parse_claims(
-    value: Any, study: Any, values: dict[str, dict[str, list[Any]]] | None = None
+    value: Any,
+    study: Any,
+    values: dict[str, dict[str, list[Any]]] | None = None,
+    ties: dict[str, dict[str, set[str]]] | None = None,
 ) -> tuple[Claim, ...]:
     """The study file's ``claims:`` list, checked against the study's stages, coordinate keys
     and values (the metrics against what the stages produce: :func:`check_claim_metrics`).
@@ -278,13 +311,17 @@ def parse_claims(
             folder (:func:`lmc.studies.aggregate.seed_keys` reads its replicate axes).
         values: every stage's coordinate values (:func:`plan_values`); default
             :func:`stage_values` of ``study``.
+        ties: the keys each key determines per stage (:func:`plan_ties`); default those of
+            ``study``'s plan when ``values`` is not given, else none.
 
     Raises:
         StudyError: a claim with a wrong key, test, expectation, stage, coordinate or value.
     """
     if not isinstance(value, list):
         raise StudyError(f"claims must be a list of claims, got {value!r}")
-    values = stage_values(study) if values is None else values
+    if values is None:
+        jobs = _jobs(study)
+        values, ties = plan_values(jobs), plan_ties(jobs)
     claims, names = [], set()
     for i, raw in enumerate(value):
         at = f"claims[{i}]"
@@ -309,7 +346,7 @@ def parse_claims(
             raise StudyError(
                 f"{at}: a {test} claim expects one of {', '.join(EXPECT[test])}, got {expect!r}"
             )
-        claims.append(_claim(raw, at, name, test, expect, study, values))
+        claims.append(_claim(raw, at, name, test, expect, study, values, ties or {}))
     return tuple(claims)
 
 
@@ -321,8 +358,11 @@ def _claim(
     expect: str,
     study: Any,
     values: dict[str, dict[str, list[Any]]],
+    ties: dict[str, dict[str, set[str]]],
 ) -> Claim:
-    def cell(spec: Mapping[str, Any] | None, where_at: str, free_extra: set[str]) -> Cell:
+    def cell(
+        spec: Mapping[str, Any] | None, where_at: str, free_extra: set[str], axis: str | None = None
+    ) -> Cell:
         spec = dict(spec or {})
         for key in spec:
             if key not in ("stage", "metric", "where"):
@@ -342,7 +382,8 @@ def _claim(
 
         free |= set(seed_keys(study, stage)) | free_extra
         merged = {**dict(raw.get("where") or {}), **dict(spec.get("where") or {})}
-        return Cell(stage, metric, _where(merged, f"{where_at}.where", stage, values, free))
+        where = _where(merged, f"{where_at}.where", stage, values, free, ties, axis)
+        return Cell(stage, metric, where)
 
     x, x_values, peak = raw.get("x"), tuple(raw.get("x_values") or ()), raw.get("peak")
     effect = raw.get("effect")
@@ -372,7 +413,7 @@ def _claim(
                 f"{at}: x {x!r} is not a coordinate of stage {stage!r}; its keys: "
                 f"{', '.join(values[stage])}"
             )
-        c = cell(None, at, set() if templated else {x})
+        c = cell(None, at, set() if templated else {x}, None if templated else x)
         if not templated:
             xs = values[c.stage][x]
             if len(xs) < 3 or not all(
@@ -795,5 +836,5 @@ def study_claims(root: Any) -> list[ClaimResult]:
     if not data.get("claims"):
         return []
     plan = json.loads((root / PLAN_FILE).read_text())["jobs"]
-    claims = parse_claims(data["claims"], data, plan_values(plan))
+    claims = parse_claims(data["claims"], data, plan_values(plan), plan_ties(plan))
     return evaluate_claims(claims, results(root))

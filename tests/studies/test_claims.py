@@ -328,3 +328,27 @@ def test_a_study_with_claims_runs_reports_and_prints_them(tmp_path, capsys):
     assert "<h2>Claims</h2>" in (report / "report.html").read_text()
     main(["study", "claims", str(tmp_path / "s")])
     assert "wider_is_flatter: " in capsys.readouterr().out
+
+
+def test_a_key_zipped_with_the_x_axis_varies_with_it():
+    """003's learning rate is zipped with the width: a trend over the width leaves it free,
+    found from the plan (the width determines it); a key crossed with the width must be fixed."""
+    from lmc.studies.claims import plan_ties, plan_values
+
+    jobs = [
+        {"stage": "train", "coordinates": {"w": w, "lr": lr, "act": a, "seed_everything": s}}
+        for w, lr in ((2, 0.2), (4, 0.2), (8, 0.1))
+        for a in ("relu", "tanh")
+        for s in (0, 1)
+    ]
+    values, ties = plan_values(jobs), plan_ties(jobs)
+    assert "lr" in ties["train"]["w"] and "act" not in ties["train"]["w"]
+    study = {
+        "name": "s",
+        "train": {"config": "x", "grid": {"w": [2, 4, 8], "seed_everything": [0, 1]}},
+    }
+    raw = claim(test="trend", x="w", expect="increasing", where={"act": "relu"})
+    (parsed,) = parse_claims([raw], study, values, ties)
+    assert parsed.cells[0].where == {"act": "relu"}
+    with pytest.raises(StudyError, match="add act"):
+        parse_claims([claim(test="trend", x="w", expect="increasing")], study, values, ties)
