@@ -27,8 +27,9 @@ of the stage but the replicate axis (``replicate``, default the stage's, see
     is, ``reproduced`` if every pair is, else ``inconclusive`` (estimate and interval: the
     weakest pair's).
 ``trend``
-    the metric against a numeric coordinate ``x`` (or against ``x_values`` substituted into a
-    metric template such as ``stemm/n{x}/test/acc``): ``expect: increasing`` / ``decreasing``
+    the metric against a numeric coordinate ``x`` (over the values of ``x`` its cells run, or
+    the part ``x_values`` of them), or against ``x_values`` substituted into a metric template
+    such as ``stemm/n{x}/test/acc``: ``expect: increasing`` / ``decreasing``
     (the least-squares slope per replicate, interval over the replicates), ``peaked`` /
     ``valley`` (the interior point with the largest (smallest) mean, or the paper's ``peak``,
     against each end, paired over replicates: both differences must be on the stated side).
@@ -145,7 +146,7 @@ class Claim:
         out: dict[str, set[str]] = {}
         for cell in self.cells:
             names = {cell.metric}
-            if self.test == "trend" and self.x_values:
+            if self.test == "trend" and _TEMPLATE in cell.metric:
                 names = {cell.metric.replace(_TEMPLATE, str(v)) for v in self.x_values}
             if self.test == "fit":
                 names = {cell.metric, str(self.x)}
@@ -402,10 +403,10 @@ def _claim(
         if x is None:
             raise StudyError(f"{at}: a trend claim needs `x` (a coordinate key or a label)")
         templated = _TEMPLATE in str(raw.get("metric", ""))
-        if templated and len(x_values) < 3 or not templated and x_values:
+        if templated and len(x_values) < 3:
             raise StudyError(
-                f"{at}: x_values (3 or more) go with a metric template holding {_TEMPLATE}, "
-                f"e.g. stemm/n{_TEMPLATE}/test/acc"
+                f"{at}: a metric template holding {_TEMPLATE} needs x_values (3 or more), the "
+                f"values put in it, e.g. metric: stemm/n{_TEMPLATE}/test/acc, x_values: [2, 4, 8]"
             )
         stage = raw.get("stage")
         if not templated and stage in values and x not in values[stage]:
@@ -420,7 +421,14 @@ def _claim(
                 isinstance(v, (int, float)) and not isinstance(v, bool) for v in xs
             ):
                 raise StudyError(f"{at}: x {x!r} needs 3 or more numeric values, got {xs!r}")
-        axis = x_values if templated else tuple(values[c.stage][x])
+            if x_values and (
+                len(x_values) < 3 or any(not any(_same(v, w) for w in xs) for v in x_values)
+            ):
+                raise StudyError(
+                    f"{at}: x_values {list(x_values)!r} must be 3 or more values of {x} the "
+                    f"study runs ({xs!r}): the part of the axis the claim is about"
+                )
+        axis = x_values if x_values else tuple(values[c.stage][x])
         if peak is not None and (expect not in ("peaked", "valley") or peak not in axis[1:-1]):
             raise StudyError(
                 f"{at}: peak {peak!r} must be an interior x value of a peaked/valley claim "
@@ -633,14 +641,19 @@ def _trend_matrix(claim: Claim, table: pd.DataFrame) -> tuple[list[Any], pd.Data
     cell = claim.cells[0]
     replicate = claim.replicate.get(cell.stage)
     columns = {}
-    if claim.x_values:
+    if _TEMPLATE in cell.metric:
         axis = list(claim.x_values)
         for v in axis:
             metric = cell.metric.replace(_TEMPLATE, str(v))
             columns[v] = _cell_values(table, Cell(cell.stage, metric, cell.where), replicate)
     else:
-        rows = table[table["stage"] == cell.stage]
-        axis = sorted({float(v) for v in pd.to_numeric(rows[claim.x], errors="coerce").dropna()})
+        from lmc.studies.aggregate import cell_key
+
+        rows = table[(table["stage"] == cell.stage) & (table["metric"] == cell.metric)]
+        for key, value in cell.where.items():
+            rows = rows[[cell_key(v) == cell_key(value) for v in rows[key]]]
+        present = {float(v) for v in pd.to_numeric(rows[claim.x], errors="coerce").dropna()}
+        axis = sorted(float(v) for v in claim.x_values) if claim.x_values else sorted(present)
         for v in axis:
             columns[v] = _cell_values(
                 table, Cell(cell.stage, cell.metric, {**cell.where, claim.x: v}), replicate

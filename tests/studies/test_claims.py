@@ -140,6 +140,9 @@ def test_trends_increasing_and_peaked():
     assert (
         evaluate(claim(test="trend", x=RATE, expect="peaked"), table(up)).verdict == "contradicted"
     )
+    # a part of the axis: the rise after the peak's fall is no valley over 0.1-0.3 alone
+    raw = claim(test="trend", x=RATE, x_values=[0.1, 0.2, 0.3], expect="decreasing")
+    assert evaluate(raw, table(peak)).verdict == "reproduced"
     # the paper's peak position, where given, is used instead of the best interior mean
     r = evaluate(claim(test="trend", x=RATE, expect="peaked", peak=0.2), table(peak))
     assert r.extra["peak_x"] == 0.2 and r.verdict == "reproduced"

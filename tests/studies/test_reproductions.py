@@ -82,8 +82,29 @@ def tiny_study(
             stage["pairs"]["reference"] = references
     study.update(changes)
     path = tmp_path / f"{name}.yaml"
+    claims = study.pop("claims", None) or []
     path.write_text(yaml.safe_dump(study, sort_keys=False))
+    if claims:  # keep the claims the tiny grid still runs (their values and metrics)
+        study["claims"] = [c for c in claims if _fits(c, path)]
+        path.write_text(yaml.safe_dump(study, sort_keys=False))
     return path
+
+
+def _fits(claim: dict[str, Any], path: Path) -> bool:
+    from lmc.studies import StudyError
+    from lmc.studies.check import check_study
+    from lmc.studies.claims import check_claim_metrics, parse_claims
+
+    try:
+        study = load_study(path)
+        parsed = parse_claims([claim], study)
+        resolved = check_study(study)
+        from lmc.studies.check import produced_metrics
+
+        check_claim_metrics(parsed, {k: produced_metrics(v) for k, v in resolved.items()})
+    except StudyError:
+        return False
+    return True
 
 
 def run(path: Path, tmp_path: Path) -> Any:
@@ -92,6 +113,13 @@ def run(path: Path, tmp_path: Path) -> Any:
     summary = run_study(path, tmp_path / "out", log=lambda _: None)
     assert not summary.failed, summary
     report = write_report(tmp_path / "out")
+    claims = (yaml.safe_load(path.read_text()) or {}).get("claims") or []
+    if claims:  # every claim the tiny grid keeps is evaluated into a verdict
+        from lmc.studies.claims import VERDICTS, study_claims
+
+        verdicts = [r.verdict for r in study_claims(tmp_path / "out")]
+        assert len(verdicts) == len(claims) and set(verdicts) <= set(VERDICTS)
+        assert (tmp_path / "out" / "report" / "tables" / "claims.csv").is_file()
     figures = load_study(path).figures
     assert len(report.figures) == len(figures)
     for fig in figures:
@@ -99,11 +127,13 @@ def run(path: Path, tmp_path: Path) -> Any:
     return results(tmp_path / "out")
 
 
-def gap_above_chord(path: Any) -> tuple[float, Any]:
+def gap_above_chord(path: Any, absolute: bool = False) -> tuple[float, Any]:
     """The largest gap of a path's ``value`` along ``x`` above the chord between its ends (the
-    barrier, recomputed), and the loss along it."""
+    ``chord`` barrier, recomputed), or with ``absolute`` the largest distance from it (the
+    ``abs_chord`` barrier), and the loss along it."""
     alpha, loss = path["x"].to_numpy(), path["value"].to_numpy()
-    return max(loss - ((1 - alpha) * loss[0] + alpha * loss[-1])), loss
+    gap = loss - ((1 - alpha) * loss[0] + alpha * loss[-1])
+    return max(abs(gap) if absolute else gap), loss
 
 
 def values(table: Any, stage: str, metric: str, **where: Any) -> list[float]:
@@ -158,6 +188,13 @@ def test_004_merge_n(tmp_path):
             ]
         },
     )
+    study = yaml.safe_load(path.read_text())  # n = 2, 3 here: the n = 8 comparison at 3
+    study["claims"] = [c for c in study["claims"] if c["test"] == "difference"]
+    for claim in study["claims"]:
+        for side in ("a", "b"):
+            claim[side]["metric"] = claim[side]["metric"].replace("/n8/", "/n3/")
+    assert study["claims"]
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
     table = run(path, tmp_path)
     merges = table[table["stage"] == "merge"]
     assert merges["job"].nunique() == 1
@@ -178,7 +215,8 @@ def test_000_init_scale(tmp_path):
     barrier jobs report the Gaussian closed-form entropy of the first layer, ½ ln(2πe (c_d
     sigma_He)²) up to sampling noise; each barrier is the largest gap between the loss along
     its matched path and the chord between the endpoints, normalised by their mean loss; the
-    exponential fit of the barrier against the entropy is finite."""
+    exponential fit of the barrier against the entropy is finite. The study's barrier is
+    000's (``abs_chord``: the largest distance from the chord); the ``chord`` one is kept."""
     scales = [0.2, 0.5, 0.9]
     path = tiny_study(
         "000_init_scale",
@@ -198,10 +236,12 @@ def test_000_init_scale(tmp_path):
     paths = series_table(tmp_path / "out", "barrier")
     paths = paths[(paths["series"] == "matched") & (paths["metric"] == "train/loss")]
     for job, path in paths.groupby("job"):
-        gap, loss = gap_above_chord(path)
+        gap, loss = gap_above_chord(path, absolute=True)
         (b,) = values(table, "barrier", "barrier_loss_matched", job=job)
         (normalized,) = values(table, "barrier", "barrier_loss_normalized_matched", job=job)
         assert b == pytest.approx(gap, abs=1e-6)
+        (chord,) = values(table, "barrier", "barrier_loss_chord_matched", job=job)
+        assert chord == pytest.approx(gap_above_chord(path)[0], abs=1e-6) and chord <= b
         assert normalized == pytest.approx(b / ((loss[0] + loss[-1]) / 2), abs=1e-6)
     fit = fit_exp(h, barrier)
     assert fit is not None and all(math.isfinite(v) for v in fit.values())
@@ -353,6 +393,8 @@ def test_000_fusion(tmp_path):
     )
     study = yaml.safe_load(path.read_text())
     study["evaluate"][0]["grid"].update({rate: [0.0, 0.5]})
+    for claim in study["claims"]:  # the study's claims at rate 0.1, here at 0.5
+        claim["a"]["where"][rate] = 0.5
     path.write_text(yaml.safe_dump(study, sort_keys=False))
     table = run(path, tmp_path)
     assert table[table["stage"] == "otfusion"]["job"].nunique() == 6
@@ -399,6 +441,9 @@ def test_004_geometry(tmp_path):
     study = yaml.safe_load(path.read_text())
     for fig in study["figures"]:  # n = 3 here, 6 in the study
         fig["y"] = [y.replace("/n6/", "/n3/") for y in fig["y"]]
+    for claim in study["claims"]:
+        for side in ("a", "b"):
+            claim[side]["metric"] = claim[side]["metric"].replace("/n6/", "/n3/")
     path.write_text(yaml.safe_dump(study, sort_keys=False))
     table = run(path, tmp_path)
     for method in ("stemm", "mergemany", "wm_ref"):
