@@ -136,7 +136,8 @@ def _selections(stage: EvaluateStage, train_jobs: list[Job]) -> list[list[Job]]:
             [ref, other]
             for ref in refs
             for other in train_jobs
-            if key(other) == key(ref) and not select.is_reference(other.coordinates[vary])
+            if key(other) == key(ref)
+            and select.pairs_with(ref.coordinates[vary], other.coordinates[vary])
         ]
     order = list(select.values) if select.values is not None else None
     groups: dict[tuple[str, ...], list[Job]] = {}

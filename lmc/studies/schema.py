@@ -41,7 +41,10 @@ Layout (paths relative to the study file)::
 Every evaluate job sets ``model.init_args.checkpoints`` of its ``lmc validate`` config to the
 run folders of the models it selects: a pair (``pairs``: the model at ``vary == reference``,
 then another; ``reference`` may be a list, e.g. ``[0, 2, 4]`` with the pairs' id in ``over``, for
-independent pairs: each reference is paired with every model of its group that is not one) or a group (``groups``: every model at the ``values`` of ``vary``, default all,
+independent pairs: each reference is paired with every model of its group that is not one; or
+``consecutive``: disjoint pairs of consecutive values of ``vary``, 0-1, 2-3, ..., with no pair id,
+so the seeds of a point can still train as one population) or a group (``groups``: every model
+at the ``values`` of ``vary``, default all,
 in that order) of models that agree on every ``over`` key.
 """
 
@@ -82,11 +85,20 @@ class Pairs:
     over: tuple[str, ...]
     vary: str
     reference: Any
+    #: ``reference: consecutive``: each reference value with its only partner, the next value
+    #: of ``vary`` (disjoint pairs 0-1, 2-3, ... as 000 A.1.1 pairs models i and i + 1)
+    partners: tuple[tuple[Any, Any], ...] = ()
 
     def is_reference(self, value: Any) -> bool:
         """Whether a model at ``vary == value`` is a reference."""
         refs = self.reference if isinstance(self.reference, tuple) else (self.reference,)
         return value in refs
+
+    def pairs_with(self, ref: Any, value: Any) -> bool:
+        """Whether the model at ``vary == value`` is paired with the reference at ``ref``."""
+        if self.partners:
+            return any(r == ref and v == value for r, v in self.partners)
+        return not self.is_reference(value)
 
 
 @dataclass(frozen=True)
@@ -146,6 +158,8 @@ class TrainStage:
 
 
 SEED_KEY = "seed_everything"
+#: ``pairs.reference: consecutive``: disjoint pairs of consecutive values of ``vary``
+CONSECUTIVE = "consecutive"
 SPAWN_EPOCH = "spawn_epoch"
 PARENT_PREFIX = "parent:"
 
@@ -447,6 +461,15 @@ def _pairs(value: Any, where: str, source: _Source) -> Pairs:
     _check_keys(pairs, where, ("vary", "reference"), ("over",))
     over, vary = _selection_keys(pairs, where, source)
     reference = pairs["reference"]
+    if reference == CONSECUTIVE:
+        values = list(source.keys[vary])
+        if len(values) % 2:
+            raise StudyError(
+                f"{where}.reference: consecutive pairs {vary}'s values two by two (0-1, 2-3, "
+                f"...), but it has an odd number of them ({len(values)}): {values!r}"
+            )
+        partners = tuple(zip(values[0::2], values[1::2]))
+        return Pairs(over=over, vary=vary, reference=tuple(values[0::2]), partners=partners)
     refs = reference if isinstance(reference, list) else [reference]
     if not refs:
         raise StudyError(f"{where}.reference is an empty list: give a value of {vary!r}")

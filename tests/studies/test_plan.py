@@ -66,6 +66,18 @@ def test_reference_list_gives_independent_pairs(tmp_path):
     assert pairs == [(0, 1), (2, 3), (4, 5)]
 
 
+def test_consecutive_references_give_disjoint_pairs_of_one_population(tmp_path):
+    """``reference: consecutive`` pairs seeds 0-1, 2-3, 4-5 (000 A.1.1's models i and i + 1)
+    without a pair id, so the six seeds of a width still train as one population."""
+    study = tiny_study(grid={WIDTH: [4], "seed_everything": [0, 1, 2, 3, 4, 5]}, population=True)
+    study["evaluate"][0]["pairs"]["reference"] = "consecutive"
+    _, jobs = load_and_plan(write_study(tmp_path, study))
+    seed = {j.id: j.coordinates["seed_everything"] for j in jobs if j.stage == "train"}
+    pairs = [tuple(seed[i] for i in j.inputs) for j in jobs if j.stage == "barrier"]
+    assert pairs == [(0, 1), (2, 3), (4, 5)]
+    assert len([j for j in jobs if j.stage == "train" and j.members]) == 1  # one population
+
+
 def test_stage_grid_evaluates_each_selection_at_every_point(tmp_path):
     """An evaluate stage's own ``grid`` (keys of its config): every pair at every point, the
     point in the job's coordinates and args; zipped keys go together."""
@@ -161,6 +173,22 @@ BAD = {
     ),
     "reference list repeats": (_bad_pairs(reference=[0, 0]), "lists a value twice"),
     "reference list empty": (_bad_pairs(reference=[]), "reference is an empty list"),
+    "consecutive pairs of an odd number": (
+        _bad(grid={WIDTH: [4], "seed_everything": [0, 1, 2]})
+        | {
+            "evaluate": [
+                {
+                    **tiny_study()["evaluate"][0],
+                    "pairs": {
+                        "over": [WIDTH],
+                        "vary": "seed_everything",
+                        "reference": "consecutive",
+                    },
+                }
+            ]
+        },
+        "consecutive pairs seed_everything's values two by two",
+    ),
     "unknown evaluate kind": (
         tiny_study(evaluate=[{**tiny_study()["evaluate"][0], "kind": "barier"}]),
         "unknown kind 'barier'; valid kinds: barrier, curve, merge",
