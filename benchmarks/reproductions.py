@@ -69,6 +69,8 @@ def _num(value: Any) -> str:
 
 def _here(claim: dict[str, Any]) -> str:
     """The claim's measurement: the test, its estimate with the 95 % interval, n."""
+    if not claim["n"]:
+        return f"no results yet ({claim['detail']})"
     what = {
         "difference": "a − b",
         "ordering": "weakest consecutive difference",
@@ -90,7 +92,7 @@ def _here(claim: dict[str, Any]) -> str:
 def _verdict(claim: dict[str, Any]) -> str:
     text = f"**{claim['verdict']}**"
     needed = claim.get("n_needed")
-    if claim["verdict"] == "inconclusive" and needed is not None:
+    if claim["verdict"] == "inconclusive" and needed is not None and not math.isnan(needed):
         text += (
             f" (about {needed:.0f} replicates would resolve it)"
             if math.isfinite(needed)

@@ -51,3 +51,6 @@ def test_a_row_shows_the_estimate_interval_replicates_and_verdict():
     row = render(data).splitlines()[-1]
     assert "(7 of 10 jobs done)" in row and "= n/a [" in row
     assert "no number of replicates resolves it" in row
+    claim.update(n=0, n_needed=math.nan)
+    row = render(data).splitlines()[-1]
+    assert "no results yet (a = x; b = y)" in row and row.endswith("| **inconclusive** |")

@@ -548,7 +548,7 @@ def _cell_values(table: pd.DataFrame, cell: Cell, replicate: str | None) -> pd.S
         if key not in rows.columns:
             return pd.Series(dtype=float)
         want = cell_key(value)
-        rows = rows[[cell_key(v) == want for v in rows[key]]]
+        rows = rows.loc[np.array([cell_key(v) == want for v in rows[key]], dtype=bool)]
     values = pd.to_numeric(rows["value"], errors="coerce").to_numpy(dtype=float)
     index = (
         [cell_key(v) for v in rows[replicate]]
@@ -651,7 +651,8 @@ def _trend_matrix(claim: Claim, table: pd.DataFrame) -> tuple[list[Any], pd.Data
 
         rows = table[(table["stage"] == cell.stage) & (table["metric"] == cell.metric)]
         for key, value in cell.where.items():
-            rows = rows[[cell_key(v) == cell_key(value) for v in rows[key]]]
+            mask = [cell_key(v) == cell_key(value) for v in rows[key]]
+            rows = rows.loc[np.array(mask, dtype=bool)]
         present = {float(v) for v in pd.to_numeric(rows[claim.x], errors="coerce").dropna()}
         axis = sorted(float(v) for v in claim.x_values) if claim.x_values else sorted(present)
         for v in axis:

@@ -355,3 +355,13 @@ def test_a_key_zipped_with_the_x_axis_varies_with_it():
     assert parsed.cells[0].where == {"act": "relu"}
     with pytest.raises(StudyError, match="add act"):
         parse_claims([claim(test="trend", x="w", expect="increasing")], study, values, ties)
+
+
+def test_a_cell_without_results_yet_is_inconclusive_not_an_error():
+    """A study still running: the claim's cells have no rows yet (an empty boolean mask must not
+    select columns)."""
+    tidy = table({0.0: BASE, 0.1: BASE})
+    r = evaluate(diff("less"), tidy[tidy[RATE] == 0.0])
+    assert r.verdict == "inconclusive" and r.n == 0
+    r = evaluate(claim(test="trend", x=RATE, expect="increasing"), tidy.iloc[:0])
+    assert r.verdict == "inconclusive"
