@@ -35,7 +35,7 @@ def collect(study_dir: Path) -> dict[str, Any]:
     ``study_dir/paper`` (paper scale), in the order of ``benchmarks/studies.py``."""
     from benchmarks.studies import ORDER
     from lmc.studies.aggregate import job_table
-    from lmc.studies.claims import study_claims
+    from lmc.studies.verdicts import study_claims
 
     studies = []
     for scale in SCALES:

@@ -156,7 +156,7 @@ def _report(root: str, out: str | None, wandb: str | None, after_run: bool) -> N
 def _claims(root: str, as_json: bool) -> None:
     import json
 
-    from lmc.studies.claims import format_claims, study_claims
+    from lmc.studies.verdicts import format_claims, study_claims
 
     results = study_claims(root)
     if as_json:

@@ -282,7 +282,8 @@ _CLAIM_COLUMNS += ["ci_low", "ci_high", "n", "effect", "n_needed", "detail"]
 
 def _claims(text: str, plan: list[dict[str, Any]], tidy: pd.DataFrame) -> pd.DataFrame:
     """The study file's claims evaluated on the results (:mod:`lmc.studies.claims`)."""
-    from lmc.studies.claims import evaluate_claims, parse_claims, plan_ties, plan_values
+    from lmc.studies.claims import parse_claims, plan_ties, plan_values
+    from lmc.studies.verdicts import evaluate_claims
 
     data = yaml.safe_load(text) or {}
     if not data.get("claims"):

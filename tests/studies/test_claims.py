@@ -10,12 +10,8 @@ import pandas as pd
 import pytest
 
 from lmc.studies import StudyError
-from lmc.studies.claims import (
-    evaluate_claims,
-    parse_claims,
-    replicates_needed,
-    verdict,
-)
+from lmc.studies.claims import parse_claims
+from lmc.studies.verdicts import evaluate_claims, replicates_needed, verdict
 
 RATE = "rate"
 SEEDS = [0, 1, 2, 3, 4]

@@ -115,7 +115,7 @@ def run(path: Path, tmp_path: Path) -> Any:
     report = write_report(tmp_path / "out")
     claims = (yaml.safe_load(path.read_text()) or {}).get("claims") or []
     if claims:  # every claim the tiny grid keeps is evaluated into a verdict
-        from lmc.studies.claims import VERDICTS, study_claims
+        from lmc.studies.verdicts import VERDICTS, study_claims
 
         verdicts = [r.verdict for r in study_claims(tmp_path / "out")]
         assert len(verdicts) == len(claims) and set(verdicts) <= set(VERDICTS)
