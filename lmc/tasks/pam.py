@@ -270,6 +270,9 @@ class PAMTask(CurveTask):
                 "pam_objective_start": self.objective_start,
                 "pam_objective_end": self.objective_end,
                 "pam_rounds": self.rounds,
+                # whether the permutation search moved at all (002 Table 1's PAM Aligned barely
+                # moves the alignment): units re-assigned over all roundings
+                "pam_units_moved": sum(r["units_moved"] for r in self.rounds),
             }
         )
         return out

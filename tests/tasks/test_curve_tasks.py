@@ -266,6 +266,7 @@ def test_pam_final_objective_is_no_worse_than_the_start(tmp_path, fake_data, end
     summary = _summary(run_dirs(tmp_path)[0])
     [rounding] = summary["pam_rounds"]
     assert rounding["objective_chosen"] <= rounding["objective_previous"]
+    assert summary["pam_units_moved"] == rounding["units_moved"] >= 0
     assert summary["pam_objective_end"] <= summary["pam_objective_start"]
 
 
