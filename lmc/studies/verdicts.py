@@ -253,6 +253,9 @@ def _evaluate_trend(claim: Claim, table: pd.DataFrame) -> ClaimResult:
         return _result(claim, stat, f"slope per replicate over x = {claim.x}; means {text}")
     sign = 1 if claim.expect == "peaked" else -1
     interior = list(axis[1:-1])
+    if len(axis) < 3 or not len(frame) or means.reindex(axis).isna().any():
+        stat = {"n": 0, "verdict": "inconclusive", "n_needed": math.nan}
+        return _result(claim, stat, f"not every x has results yet; means {text}")
     if claim.peak is not None:
         top = next(x for x in interior if same_value(x, claim.peak))
         chosen = "the paper's"

@@ -359,5 +359,8 @@ def test_a_cell_without_results_yet_is_inconclusive_not_an_error():
     tidy = table({0.0: BASE, 0.1: BASE})
     r = evaluate(diff("less"), tidy[tidy[RATE] == 0.0])
     assert r.verdict == "inconclusive" and r.n == 0
-    r = evaluate(claim(test="trend", x=RATE, expect="increasing"), tidy.iloc[:0])
-    assert r.verdict == "inconclusive"
+    for expect in ("increasing", "peaked"):
+        r = evaluate(claim(test="trend", x=RATE, expect=expect), tidy.iloc[:0])
+        assert r.verdict == "inconclusive" and r.n == 0
+    r = evaluate(claim(test="trend", x=RATE, expect="peaked"), tidy[tidy[RATE] < 0.3])
+    assert r.verdict == "inconclusive" and "not every x has results yet" in r.detail
