@@ -10,6 +10,7 @@ import itertools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,14 @@ class Job:
 
 
 def _config_digest(path: Path) -> str:
-    """sha256 of the config's content (parsed: comments and layout do not count)."""
+    """sha256 of the config's content (parsed: comments and layout do not count), read once per
+    version of the file (every job of a stage shares its configs)."""
+    stat = path.stat()
+    return _digest_of(path, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=256)
+def _digest_of(path: Path, mtime_ns: int, size: int) -> str:
     content = json.dumps(yaml.safe_load(path.read_text()), sort_keys=True, default=str)
     return hashlib.sha256(content.encode()).hexdigest()
 

@@ -281,16 +281,11 @@ _CLAIM_COLUMNS += ["ci_low", "ci_high", "n", "effect", "n_needed", "detail"]
 
 
 def _claims(text: str, plan: list[dict[str, Any]], tidy: pd.DataFrame) -> pd.DataFrame:
-    """The study file's claims evaluated on the results (:mod:`lmc.studies.claims`)."""
-    from lmc.studies.claims import parse_claims, plan_ties, plan_values
-    from lmc.studies.verdicts import evaluate_claims
+    """The study file's claims evaluated on the results (:mod:`lmc.studies.verdicts`)."""
+    from lmc.studies.verdicts import evaluate_study_claims
 
-    data = yaml.safe_load(text) or {}
-    if not data.get("claims"):
-        return pd.DataFrame()
-    claims = parse_claims(data["claims"], data, plan_values(plan), plan_ties(plan))
-    rows = [r.as_dict() for r in evaluate_claims(claims, tidy)]
-    return pd.DataFrame(rows)[_CLAIM_COLUMNS]
+    rows = [r.as_dict() for r in evaluate_study_claims(text, plan, tidy)]
+    return pd.DataFrame(rows)[_CLAIM_COLUMNS] if rows else pd.DataFrame()
 
 
 def _caption(fig: Any) -> str:

@@ -53,7 +53,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -660,14 +660,10 @@ def load_study(path: str | Path) -> Study:
         barrier=barrier,
     )
     if data.get("figures"):
-        from dataclasses import replace
-
         from lmc.studies.figures import parse_figures
 
         study = replace(study, figures=parse_figures(data["figures"], study.stage_keys()))
     if data.get("claims") is not None:
-        from dataclasses import replace
-
         from lmc.studies.claims import parse_claims
 
         study = replace(study, claims=parse_claims(data["claims"], study))

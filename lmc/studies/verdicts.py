@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from lmc.studies.aggregate import cell_key
 from lmc.studies.claims import (
     TEMPLATE,
     Cell,
@@ -95,16 +96,21 @@ def replicates_needed(
     return math.inf
 
 
-def _cell_values(table: pd.DataFrame, cell: Cell, replicate: str | None) -> pd.Series:
-    """The values of ``cell`` indexed by replicate (the row's job id without one)."""
-    from lmc.studies.aggregate import cell_key
-
+def _cell_rows(table: pd.DataFrame, cell: Cell) -> pd.DataFrame:
+    """The rows of ``table`` in ``cell``: its stage and metric, at every coordinate of
+    ``where`` (none when a coordinate is not a column)."""
     rows = table[(table["stage"] == cell.stage) & (table["metric"] == cell.metric)]
     for key, value in cell.where.items():
         if key not in rows.columns:
-            return pd.Series(dtype=float)
+            return rows.iloc[:0]
         want = cell_key(value)
         rows = rows.loc[np.array([cell_key(v) == want for v in rows[key]], dtype=bool)]
+    return rows
+
+
+def _cell_values(table: pd.DataFrame, cell: Cell, replicate: str | None) -> pd.Series:
+    """The values of ``cell`` indexed by replicate (the row's job id without one)."""
+    rows = _cell_rows(table, cell)
     values = pd.to_numeric(rows["value"], errors="coerce").to_numpy(dtype=float)
     index = (
         [cell_key(v) for v in rows[replicate]]
@@ -210,14 +216,11 @@ def _trend_matrix(claim: Claim, table: pd.DataFrame) -> tuple[list[Any], pd.Data
             metric = cell.metric.replace(TEMPLATE, str(v))
             columns[v] = _cell_values(table, Cell(cell.stage, metric, cell.where), replicate)
     else:
-        from lmc.studies.aggregate import cell_key
-
-        rows = table[(table["stage"] == cell.stage) & (table["metric"] == cell.metric)]
-        for key, value in cell.where.items():
-            mask = [cell_key(v) == cell_key(value) for v in rows[key]]
-            rows = rows.loc[np.array(mask, dtype=bool)]
-        present = {float(v) for v in pd.to_numeric(rows[claim.x], errors="coerce").dropna()}
-        axis = sorted(float(v) for v in claim.x_values) if claim.x_values else sorted(present)
+        if claim.x_values:
+            axis = sorted(float(v) for v in claim.x_values)
+        else:  # the x values the cell has results at
+            xs = pd.to_numeric(_cell_rows(table, cell)[claim.x], errors="coerce").dropna()
+            axis = sorted({float(v) for v in xs})
         for v in axis:
             columns[v] = _cell_values(
                 table, Cell(cell.stage, cell.metric, {**cell.where, claim.x: v}), replicate
@@ -275,7 +278,6 @@ def _evaluate_trend(claim: Claim, table: pd.DataFrame) -> ClaimResult:
 
 def _evaluate_fit(claim: Claim, table: pd.DataFrame) -> ClaimResult:
     cell = claim.cells[0]
-    rows = table[table["stage"] == cell.stage]
     ys = _cell_values(table, cell, None)
     xs = _cell_values(table, Cell(cell.stage, str(claim.x), cell.where), None)
     shared = [j for j in ys.index if j in xs.index]
@@ -289,7 +291,6 @@ def _evaluate_fit(claim: Claim, table: pd.DataFrame) -> ClaimResult:
     n = len(x)
     sign = 1 if claim.expect == "increasing" else -1
     extra: dict[str, Any] = {"left_out": left_out, "jobs": len(shared)}
-    del rows
     if n < 3 or np.ptp(x) == 0:
         stat = {"estimate": math.nan, "n": n, "verdict": "inconclusive", "n_needed": math.nan}
         return _result(claim, stat, f"{n} usable jobs: too few for a fit", extra)
@@ -386,6 +387,24 @@ def format_claims(results: Sequence[ClaimResult]) -> str:
     return "\n".join(lines)
 
 
+def evaluate_study_claims(
+    text: str, plan: Sequence[Mapping[str, Any]], tidy: pd.DataFrame
+) -> list[ClaimResult]:
+    """The claims of the study file ``text`` evaluated on its folder's ``plan`` (``plan.json``'s
+    jobs) and tidy results (:func:`lmc.studies.results.results`); ``[]`` when it declares none.
+
+    Raises:
+        StudyError: a claim does not fit the study.
+    """
+    import yaml
+
+    data = yaml.safe_load(text) or {}
+    if not data.get("claims"):
+        return []
+    claims = parse_claims(data["claims"], data, plan_values(plan), plan_ties(plan))
+    return evaluate_claims(claims, tidy)
+
+
 def study_claims(root: Any) -> list[ClaimResult]:
     """The claims of the study folder ``root`` (its copy of the study file), evaluated on its
     done jobs; ``[]`` when the study declares none.
@@ -395,15 +414,9 @@ def study_claims(root: Any) -> list[ClaimResult]:
     """
     import json
 
-    import yaml
-
     from lmc.studies.results import results
     from lmc.studies.store import PLAN_FILE, STUDY_FILE, study_folder
 
     root = study_folder(root)
-    data = yaml.safe_load((root / STUDY_FILE).read_text()) or {}
-    if not data.get("claims"):
-        return []
     plan = json.loads((root / PLAN_FILE).read_text())["jobs"]
-    claims = parse_claims(data["claims"], data, plan_values(plan), plan_ties(plan))
-    return evaluate_claims(claims, results(root))
+    return evaluate_study_claims((root / STUDY_FILE).read_text(), plan, results(root))

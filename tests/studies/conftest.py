@@ -79,3 +79,20 @@ def copy_run(tiny_run: tuple[Path, Path], tmp_path: Path) -> Path:
     dest = tmp_path / "out"
     shutil.copytree(tiny_run[1], dest)
     return dest
+
+
+def width_claim(**changes) -> dict:
+    """A claim on the tiny study: the matched barrier at width 8 below width 4 (``changes``
+    replace its entries)."""
+    claim = {
+        "name": "wider_is_flatter",
+        "claim": "the barrier falls with the width",
+        "source": "003 §4",
+        "test": "difference",
+        "stage": "barrier",
+        "metric": "barrier_loss_matched",
+        "a": {"where": {WIDTH: 8}},
+        "b": {"where": {WIDTH: 4}},
+        "expect": "less",
+    }
+    return claim | changes

@@ -275,31 +275,19 @@ def test_a_study_with_claims_runs_reports_and_prints_them(tmp_path, capsys):
     from lmc.cli import main
     from lmc.studies import run_study
     from lmc.studies.results import results
-    from tests.studies.conftest import WIDTH, tiny_study, write_study
+    from tests.studies.conftest import WIDTH, tiny_study, width_claim, write_study
 
     claims = [
-        {
-            "name": "wider_is_flatter",
-            "claim": "the barrier falls with the width",
-            "source": "003 §4",
-            "test": "difference",
-            "stage": "barrier",
-            "metric": "barrier_loss_matched",
-            "a": {"where": {WIDTH: 8}},
-            "b": {"where": {WIDTH: 4}},
-            "expect": "less",
-        },
-        {
-            "name": "abs_at_least_chord",
-            "claim": "the abs_chord barrier is never below the chord barrier",
-            "source": "definition",
-            "test": "difference",
-            "stage": "barrier",
-            "metric": "barrier_loss_abs_chord_matched",
-            "a": {"where": {WIDTH: 8}},
-            "b": {"metric": "barrier_loss_chord_matched", "where": {WIDTH: 8}},
-            "expect": "greater",
-        },
+        width_claim(),
+        width_claim(
+            name="abs_at_least_chord",
+            claim="the abs_chord barrier is never below the chord barrier",
+            source="definition",
+            metric="barrier_loss_abs_chord_matched",
+            a={"where": {WIDTH: 8}},
+            b={"metric": "barrier_loss_chord_matched", "where": {WIDTH: 8}},
+            expect="greater",
+        ),
     ]
     study = tiny_study(barrier="abs_chord", claims=claims)
     study["train"]["grid"]["seed_everything"] = [0, 1, 2]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lmc.studies import StudyError, load_and_plan, run_study
-from tests.studies.conftest import WIDTH, tiny_study, write_study
+from tests.studies.conftest import WIDTH, tiny_study, width_claim, write_study
 
 
 def test_plan_expands_the_grid_with_stable_ids(tmp_path):
@@ -119,21 +119,6 @@ def _bad_pairs(**pairs):
     study = tiny_study()
     study["evaluate"][0]["pairs"].update(pairs)
     return study
-
-
-def _claim(**changes):
-    claim = {
-        "name": "wider_is_flatter",
-        "claim": "the barrier falls with the width",
-        "source": "003 §4",
-        "test": "difference",
-        "stage": "barrier",
-        "metric": "barrier_loss_matched",
-        "a": {"where": {WIDTH: 8}},
-        "b": {"where": {WIDTH: 4}},
-        "expect": "less",
-    }
-    return claim | changes
 
 
 BAD = {
@@ -258,15 +243,15 @@ BAD = {
         "sets --model.init_args.barrier, which the study's `barrier: abs_chord` sets",
     ),
     "claim on a stage the study lacks": (
-        tiny_study(claims=[_claim(stage="merge")]),
+        tiny_study(claims=[width_claim(stage="merge")]),
         "stage 'merge' is not a stage of the study; its stages: train, barrier",
     ),
     "claim on a value the study does not run": (
-        tiny_study(claims=[_claim(a={"where": {WIDTH: 16}})]),
+        tiny_study(claims=[width_claim(a={"where": {WIDTH: 16}})]),
         f"{WIDTH}=16 is not a value the study runs; its values: [4, 8]",
     ),
     "claim on a metric the stage does not produce": (
-        tiny_study(claims=[_claim(metric="barrier_los_matched")]),
+        tiny_study(claims=[width_claim(metric="barrier_los_matched")]),
         "reads 'barrier_los_matched', which stage 'barrier' does not produce; it produces: ",
     ),
     "executor workers 0": (

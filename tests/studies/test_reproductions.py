@@ -91,17 +91,17 @@ def tiny_study(
 
 
 def _fits(claim: dict[str, Any], path: Path) -> bool:
+    """Whether the tiny study at ``path`` runs ``claim`` (its stages, values and the metrics
+    known before a job: :func:`lmc.studies.check.check_study` checks them)."""
+    from dataclasses import replace
+
     from lmc.studies import StudyError
     from lmc.studies.check import check_study
-    from lmc.studies.claims import check_claim_metrics, parse_claims
+    from lmc.studies.claims import parse_claims
 
     try:
         study = load_study(path)
-        parsed = parse_claims([claim], study)
-        resolved = check_study(study)
-        from lmc.studies.check import produced_metrics
-
-        check_claim_metrics(parsed, {k: produced_metrics(v) for k, v in resolved.items()})
+        check_study(replace(study, claims=parse_claims([claim], study)))
     except StudyError:
         return False
     return True
