@@ -34,3 +34,25 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+CUDA = pytest.param(
+    "cuda",
+    marks=[
+        pytest.mark.gpu,
+        pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    ],
+)
+
+
+@pytest.fixture(params=["cpu", CUDA])
+def device(request) -> str:
+    """Where a test runs its tensors: the CPU (the default suite) and, marked ``gpu``, CUDA
+    (``pytest -m gpu`` on a machine with a GPU; benchmarks/gpu.py runs them there)."""
+    return request.param
+
+
+@pytest.fixture(params=["cpu", CUDA])
+def accelerator(request) -> str:
+    """Lightning's ``trainer.accelerator`` for a CLI test: ``cpu`` and, marked ``gpu``, ``gpu``."""
+    return "gpu" if request.param == "cuda" else "cpu"

@@ -48,8 +48,8 @@ def _flatten(state: StateDict, names: Sequence[str], what: str) -> Tensor:
             f"{what} lacks entries {missing[:5]}; both endpoints must be full state dicts of the "
             "same architecture as the network"
         )
-    if not names:
-        return torch.zeros(0)
+    if not names:  # on the state's device, like the other buffers
+        return torch.zeros(0, device=next(iter(state.values())).device if state else None)
     return torch.cat([state[n].detach().reshape(-1).float() for n in names])
 
 
@@ -92,7 +92,9 @@ class Curve(nn.Module):
         self.register_buffer("end", _flatten(end, self.names, "end state"))
         self.register_buffer("start_buffers", _flatten(start, self.buffer_names, "start state"))
         self.register_buffer("end_buffers", _flatten(end, self.buffer_names, "end state"))
-        self.offsets = nn.Parameter(torch.zeros(order - 1, self.start.numel()))
+        self.offsets = nn.Parameter(
+            torch.zeros(order - 1, self.start.numel(), device=self.start.device)
+        )
 
     @classmethod
     def from_module(

@@ -122,7 +122,8 @@ def wm_to_reference(
     perms: list[Permutation] = []
     for i, state in enumerate(states):
         if i == reference:
-            perms.append(identity_permutation(sizes))
+            device = next(iter(states[reference].values())).device  # the models' device
+            perms.append(identity_permutation(sizes, device))
             continue
         res = weight_matching(ref, _select(state, keys), sub, method=method, seed=seed + i)
         perms.append(res.perm)
@@ -140,7 +141,8 @@ def naive_perms(
 ) -> list[Permutation]:
     """Identity permutations: the plain average of the models (no alignment)."""
     sizes = spec.sizes(states[0])
-    return [identity_permutation(sizes) for _ in states]
+    device = next(iter(states[0].values())).device  # the models' device
+    return [identity_permutation(sizes, device) for _ in states]
 
 
 def merge_many_perms(

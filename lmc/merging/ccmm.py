@@ -340,10 +340,10 @@ def ccmm(
         with torch.no_grad():
             value = float(objective.value(mats))
         result.history.append(value)
-    result.perms = [
-        {g: torch.arange(m) for g, m in sizes.items()}
+    result.perms = [  # on the models' device (round_to_permutation solves on the CPU)
+        {g: torch.arange(m, device=device) for g, m in sizes.items()}
         if i == ref
-        else {g: round_to_permutation(mats[i][g]) for g in sizes}
+        else {g: round_to_permutation(mats[i][g]).to(device) for g in sizes}
         for i in range(n)
     ]
     with torch.no_grad():

@@ -282,8 +282,10 @@ def fedma(
             for j, c in enumerate(clients):
                 for k, part in zip(incoming, parts):
                     shape = (L, *c[k].shape[1:])
-                    c[k] = torch.as_tensor(part.reshape(shape), dtype=c[k].dtype)
-                idx = torch.as_tensor(assign[j])
+                    c[k] = torch.as_tensor(
+                        part.reshape(shape), dtype=c[k].dtype, device=c[k].device
+                    )
+                idx = torch.as_tensor(assign[j], device=c[incoming[0]].device)
                 for k, axis in spec.groups[g]:
                     if axis == 0:
                         continue
@@ -324,7 +326,7 @@ def _average_rest(
             wts = cw.reshape(J, -1, *([1] * (ref.ndim - 1)))
         else:
             wts = torch.full((J,) + (1,) * ref.ndim, 1.0 / J, dtype=torch.float64)
-        out[key] = (stack * wts).sum(0).to(ref.dtype)
+        out[key] = (stack * wts.to(stack.device)).sum(0).to(ref.dtype)
     return out
 
 

@@ -226,7 +226,7 @@ def _resize_base(
 
 def _transport(t: Tensor, axis: int, a: Tensor) -> Tensor:
     """Apply the (m, n) map ``a`` along ``axis`` of ``t``."""
-    return torch.movedim(torch.tensordot(a.to(t.dtype), t, dims=([1], [axis])), 0, axis)
+    return torch.movedim(torch.tensordot(a.to(t.device, t.dtype), t, dims=([1], [axis])), 0, axis)
 
 
 def _activations(

@@ -143,6 +143,7 @@ class SinkhornRebasin(nn.Module):
         object.__setattr__(self, "_template", template)  # not a submodule: no params, no ckpt
         sizes = self.spec.sizes(model_a)
         self.groups = list(sizes)
+        device = next(iter(model_a.values())).device
         if init == "weight_matching":
             keys = self.param_keys
             self.init_perm = weight_matching(
@@ -153,8 +154,7 @@ class SinkhornRebasin(nn.Module):
                 seed=seed,
             ).perm
         else:
-            self.init_perm = identity_permutation(sizes)
-        device = next(iter(model_a.values())).device
+            self.init_perm = identity_permutation(sizes, device)
         self.logits = nn.ParameterList(
             nn.Parameter(init_scale * permutation_matrix(self.init_perm[g]).to(device))
             for g in self.groups
@@ -169,7 +169,8 @@ class SinkhornRebasin(nn.Module):
     def permutation(self) -> Permutation:
         """The hard permutation ``argmax_P <P, M_g>`` of every group (the zero-temperature
         limit of the relaxation)."""
-        return {g: round_to_permutation(m) for g, m in zip(self.groups, self.logits)}
+        # on the logits' device (round_to_permutation solves on the CPU)
+        return {g: round_to_permutation(m).to(m.device) for g, m in zip(self.groups, self.logits)}
 
     def sample_alpha(self) -> float:
         """The weight of model B for the next step (``mixing``)."""

@@ -318,6 +318,10 @@ class STEMM(nn.Module):
                 ("cost_seconds", res.cost_seconds),
             ):
                 self.wm_stats[key] += value
+        # the reference's identity on the models' device, as the matched permutations are
+        ref = self.perms[self.reference]
+        device = next(iter(self._models.state(self.reference).values())).device
+        self.perms[self.reference] = {g: p.to(device) for g, p in ref.items()}
         self.wm_seconds += sum(seconds)
         return seconds
 

@@ -215,7 +215,7 @@ def activation_matching(
             samples[g] = samples.get(g, 0) + st.count
         s = sim.numpy()
         p = fn(-s).perm
-        perm[g] = torch.as_tensor(p, dtype=torch.long)
+        perm[g] = torch.as_tensor(p, dtype=torch.long, device=device)  # the models' device
         k = len(spec.activations[g])
         after[g] = float(s[np.arange(n), p].mean()) / k
         before[g] = float(np.trace(s)) / n / k

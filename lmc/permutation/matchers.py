@@ -76,7 +76,8 @@ def no_matching(
 ) -> Matching:
     """Identity permutations: the naive comparison."""
     sizes = spec.sizes(states[0])
-    return Matching([identity_permutation(sizes) for _ in states])
+    device = next(iter(states[0].values())).device  # the models' device
+    return Matching([identity_permutation(sizes, device) for _ in states])
 
 
 @MATCHERS.register("weight")
@@ -94,7 +95,7 @@ def weight_matcher(
         result = merge_many(list(states), spec, seed=seed)
         return Matching(list(result.perms), {"rounds": float(result.rounds)})
     res = weight_matching(states[0], states[1], spec, method="accelerated", seed=seed)
-    ident = identity_permutation(spec.sizes(states[0]))
+    ident = identity_permutation(spec.sizes(states[0]), next(iter(states[0].values())).device)
     return Matching(
         [ident, res.perm], {"sweeps": float(res.sweeps), "converged": float(res.converged)}
     )
@@ -112,7 +113,8 @@ def _activation(
         raise ValueError(f"matcher {name!r} needs data (the alignment subset)")
     model_a, model_b = copy.deepcopy(net), copy.deepcopy(net)
     load_state(model_a, states[0])
-    perms = [identity_permutation(spec.sizes(states[0]))]
+    p = next(model_a.parameters(), None)  # where activation_matching runs and answers
+    perms = [identity_permutation(spec.sizes(states[0]), p.device if p is not None else None)]
     before, after = [], []
     for state in states[1:]:
         load_state(model_b, state)

@@ -92,7 +92,10 @@ def merge_many(
     sizes = spec.sizes(states[0])
     keys = [k for k, t in states[0].items() if t.dtype.is_floating_point]
     n = len(states)
-    perms: list[Permutation] = [{g: torch.arange(m) for g, m in sizes.items()} for _ in range(n)]
+    device = states[0][keys[0]].device if keys else None  # weight_matching's device
+    perms: list[Permutation] = [
+        {g: torch.arange(m, device=device) for g, m in sizes.items()} for _ in range(n)
+    ]
     wm_state: list[MatchingState | None] = [None] * n
     permuted = [dict(s) for s in states]
     mean = _mean(permuted, keys)

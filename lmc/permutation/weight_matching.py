@@ -324,7 +324,7 @@ def weight_matching(
         converged = accelerated and not any(needs_solve(g) for g in groups)
 
     problem.release()
-    out = {g: p.cpu() for g, p in perm.items()}
+    out = dict(perm)  # on the inputs' device, as every result of an algorithm is
     return WeightMatchingResult(
         perm=out,
         history=history,
@@ -334,7 +334,7 @@ def weight_matching(
         seconds=time.perf_counter() - t_start,
         solve_seconds=lap.seconds,
         cost_seconds=cost_seconds,
-        state=MatchingState(dict(out), duals, cache if cache_source else None),
+        state=MatchingState(dict(perm), duals, cache if cache_source else None),
     )
 
 

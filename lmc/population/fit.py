@@ -385,7 +385,7 @@ class PopulationFit:
 
         def update(out: Tensor, y: Tensor) -> None:
             for k, task in enumerate(self.tasks):
-                losses[k].update(task.loss(out[k], y), weight=y.shape[0])
+                losses[k].update(task.loss(out[k], y), y.shape[0])
                 metrics[k].update(out[k], y)
 
         self.population.evaluate(loader, self.device, update)

@@ -130,7 +130,11 @@ class MergeReporter:
         )
         out = log_merge(trainer, sweep, extra, split=self.splits[-1])
         if trainer.is_global_zero:
-            table = {m: {n: list(p) for n, p in by_n.items()} for m, by_n in perms.items()}
+            # on the CPU, so that the file loads on any machine without a map_location
+            table = {
+                m: {n: [{g: t.cpu() for g, t in pi.items()} for pi in p] for n, p in by_n.items()}
+                for m, by_n in perms.items()
+            }
             atomic_write(out / "permutations.pt", lambda f: torch.save(table, f))
         split = self.splits[-1]
         lines = [

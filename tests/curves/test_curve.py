@@ -74,15 +74,16 @@ def test_quadratic_bezier_is_002_eq7():
     ("name", "order", "kind"),
     [("vgg_bn", 2, "bezier"), ("mlp", 3, "bezier"), ("mlp", 2, "polychain")],
 )
-def test_curve_reproduces_endpoints_bit_for_bit(name, order, kind):
+def test_curve_reproduces_endpoints_bit_for_bit(name, order, kind, device):
     net = NETS[name]()
-    a, b = _trained_like(net, 0), _trained_like(net, 1)
+    a, b = _trained_like(net, 0).to(device), _trained_like(net, 1).to(device)
     curve = Curve.from_module(net, a.state_dict(), b.state_dict(), order, kind)
+    assert all(t.device.type == device for t in [*curve.parameters(), *curve.buffers()])
     with torch.no_grad():
         curve.offsets.normal_()  # a genuinely curved path
     for t, ref in ((0.0, a), (1.0, b)):
         point = curve.point(t)
-        assert all(torch.equal(point[k], v) for k, v in ref.named_parameters())
+        assert all(torch.equal(point[k], v) for k, v in ref.named_parameters())  # exact anywhere
 
 
 @pytest.mark.parametrize("name", ["vgg_bn", "resnet_bn"])
@@ -144,14 +145,16 @@ def test_offset_parameterisation_is_the_bezier_curve_through_the_control_points(
             assert_close(v, explicit[k], atol=1e-5, rtol=1e-5)
 
 
-def test_forward_at_trains_only_the_offsets():
+def test_forward_at_trains_only_the_offsets(device):
     net = NETS["mlp"]()
     a, b = _trained_like(net, 0), _trained_like(net, 1)
-    curve = Curve.from_module(net, a.state_dict(), b.state_dict())
-    x, y = torch.randn(4, 784), torch.tensor([0, 1, 2, 3])
+    net.to(device)
+    curve = Curve.from_module(net, a.to(device).state_dict(), b.to(device).state_dict())
+    x, y = torch.randn(4, 784).to(device), torch.tensor([0, 1, 2, 3], device=device)
     loss = torch.nn.functional.cross_entropy(forward_at(net, curve.point(0.3), x), y)
     loss.backward()
     assert curve.offsets.grad is not None and curve.offsets.grad.abs().sum() > 0
+    assert curve.offsets.grad.device.type == device
     assert [n for n, p in curve.named_parameters()] == ["offsets"]
     assert {n for n, _ in curve.named_buffers()} >= {"start", "end"}
     # the point's forward equals loading the point into a network

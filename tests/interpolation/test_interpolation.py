@@ -165,13 +165,14 @@ def test_reset_bn_gives_exact_statistics_of_the_subset_even_with_unequal_batches
     assert not model.training
 
 
-def test_study_keeps_the_matched_merge_as_evaluated_with_bn_reset():
-    """N > 2: the merge a study reports (and `save_matched` writes) carries the reset statistics."""
+def test_study_keeps_the_matched_merge_as_evaluated_with_bn_reset(device):
+    """N > 2: the merge a study reports (and `save_matched` writes) carries the reset statistics.
+    On ``device``: models and batches there, as `lmc validate` holds them on its accelerator."""
     from lmc.interpolation.study import interpolation_study
 
     torch.manual_seed(0)
-    nets = [MLP(12, 3, width=8, depth=2, norm="batch") for _ in range(3)]
-    batches = _data()
+    nets = [MLP(12, 3, width=8, depth=2, norm="batch").to(device) for _ in range(3)]
+    batches = [(x.to(device), y.to(device)) for x, y in _data()]
     for net in nets:  # distinct running statistics per model
         reset_bn(net, [(x * (1 + i), y) for i, (x, y) in enumerate(batches)])
     states = [n.state_dict() for n in nets]
@@ -185,14 +186,15 @@ def test_study_keeps_the_matched_merge_as_evaluated_with_bn_reset():
     )
     merged = result.matched_merge
     assert merged is not None
-    expected = MLP(12, 3, width=8, depth=2, norm="batch")
+    expected = MLP(12, 3, width=8, depth=2, norm="batch").to(device)
     expected.load_state_dict(weighted_average(result.matched_states))
     reset_bn(expected, batches)
     for k, v in expected.state_dict().items():
+        assert merged[k].device == v.device  # the merge stays on the models' device
         torch.testing.assert_close(merged[k], v)
     plain = weighted_average(result.matched_states)
     assert not torch.allclose(merged["norms.0.running_var"], plain["norms.0.running_var"])
-    net = MLP(12, 3, width=8, depth=2, norm="batch").eval()
+    net = MLP(12, 3, width=8, depth=2, norm="batch").to(device).eval()
     net.load_state_dict(merged)
     x = torch.cat([b[0] for b in batches])
     y = torch.cat([b[1] for b in batches])
@@ -200,14 +202,14 @@ def test_study_keeps_the_matched_merge_as_evaluated_with_bn_reset():
     assert loss == pytest.approx(result.merges["matched"]["test/loss"], rel=1e-5)
 
 
-def test_repair_matches_target_channel_statistics():
+def test_repair_matches_target_channel_statistics(device):
     torch.manual_seed(0)
-    a, b = MLP(12, 3, width=16, depth=3), MLP(12, 3, width=16, depth=3)
-    batches = _data(n=128)
+    a, b = MLP(12, 3, width=16, depth=3).to(device), MLP(12, 3, width=16, depth=3).to(device)
+    batches = [(x.to(device), y.to(device)) for x, y in _data(n=128)]
     points = repair_points(a)
     assert points == ["layers.0", "layers.1", "layers.2"]
     sa, sb = channel_stats(a, batches, points), channel_stats(b, batches, points)
-    mid = MLP(12, 3, width=16, depth=3)
+    mid = MLP(12, 3, width=16, depth=3).to(device)
     load_lerp_(mid, a.state_dict(), b.state_dict(), 0.5)
     targets = interpolate_stats(sa, sb, 0.5)
     before = channel_stats(mid, batches, points)

@@ -48,14 +48,16 @@ def _random_models(n, width=8, seed=0):
     ("make", "n"),
     [(lambda: MLP(10, 3, width=12, depth=3), 3), (lambda: ResNet(20, width=0.125), 2)],
 )
-def test_permuted_copies_merge_back_to_the_model(make, n):
+def test_permuted_copies_merge_back_to_the_model(make, n, device):
     """Known answer: a model fused with randomly permuted copies of itself is the model, and
     every copy's permutation is the inverse of the one applied (ResNet: residual streams and
     BatchNorm statistics included)."""
     torch.manual_seed(0)
-    spec, base, states, perms = _copies(make(), n)
+    spec, base, states, perms = _copies(make().to(device), n)
     res = ccmm(states, spec)
     assert res.converged
+    assert all(p.device.type == device for perm in res.perms for p in perm.values())
+    assert all(t.device.type == device for t in res.merged.values())
     for i, p in enumerate(perms, start=1):
         assert permutation_equal(res.perms[i], invert_permutation(p))
     for k, v in base.items():

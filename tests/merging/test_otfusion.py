@@ -37,11 +37,12 @@ def _max_diff(a, b) -> float:
 
 
 @pytest.mark.parametrize("metric", ["weight", "activation"])
-def test_permuted_copy_is_recovered(metric):
-    net = _mlp(0)
+def test_permuted_copy_is_recovered(metric, device):
+    net = _mlp(0).to(device)
     spec, state, perm = _permuted(net)
-    x = torch.randn(256, 20)
+    x = torch.randn(256, 20).to(device)
     res = otfusion([state, perm], spec, net=net, metric=metric, batches=[(x, None)])
+    assert all(t.device.type == device for t in res.state.values())
     assert _max_diff(res.state, state) < 1e-6
     assert "otfusion" in FUSION_METHODS
 

@@ -113,21 +113,28 @@ def test_proxy_gradient_is_lambda_times_the_merged_gradient():
             torch.testing.assert_close(proxy[k].grad, w[i] * merged[k].grad, msg=k)
 
 
+def _on(device, perms):
+    """Whether every permutation of every model is on ``device`` (a type: "cpu", "cuda")."""
+    return all(p.device.type == device for perm in perms for p in perm.values())
+
+
 @pytest.mark.parametrize("method", ["accelerated", "plain"])
-def test_stemm_recovers_permuted_copies(method):
+def test_stemm_recovers_permuted_copies(method, device):
     torch.manual_seed(0)
-    net = MLP(12, 4, width=10, depth=3)
+    net = MLP(12, 4, width=10, depth=3).to(device)  # the models on the device; batches moved
     base, models, perms = _permuted_copies(net, 4)
     result = ste_mm(net, models, _batches((12,), 4), epochs=2, method=method)
+    assert _on(device, result.perms)  # the reference's identity included
+    assert all(t.device.type == device for s in result.aligned for t in s.values())
     for aligned in result.aligned:
-        _assert_states_equal(aligned, base)
+        _assert_states_equal(aligned, base)  # exact: a permutation of an exact copy
     for p, found in zip(perms, result.perms[1:]):
         assert permutation_equal(found, invert_permutation(p))
     _assert_states_equal(weighted_average(result.aligned), weighted_average([base] * 4))
     assert len(result.losses) == 6 and len(result.epoch_seconds) == 2
 
 
-def test_stemm_with_batchnorm_recovers_and_leaves_models_untouched():
+def test_stemm_with_batchnorm_recovers_and_leaves_models_untouched(device):
     torch.manual_seed(0)
     net = ResNet(20, width=0.25, norm="batch", init="he_normal")
     with torch.no_grad():  # non-trivial running statistics
@@ -135,12 +142,15 @@ def test_stemm_with_batchnorm_recovers_and_leaves_models_untouched():
             if isinstance(m, torch.nn.BatchNorm2d):
                 m.running_mean.normal_()
                 m.running_var.uniform_(0.5, 2.0)
+    net.to(device)  # drawn on the CPU (the same models on every device), run on the device
     base, models, _ = _permuted_copies(net, 3, seed=5)
     frozen = [{k: v.clone() for k, v in m.items()} for m in models]
     result = ste_mm(net, models, _batches((3, 8, 8), 10, 2, 8), epochs=1, mixing="uniform")
     for m, f in zip(models, frozen):
         _assert_states_equal(m, f)
+    assert _on(device, result.perms)
     for aligned in result.aligned:
+        assert all(t.device.type == device for t in aligned.values())
         _assert_states_equal(aligned, base)
 
 

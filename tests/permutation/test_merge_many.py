@@ -9,16 +9,19 @@ from lmc.models import MLP, VGG
 from lmc.permutation import apply_permutation, merge_many, random_permutation, spec_for
 
 
-def test_permuted_copies_merge_to_the_model():
+def test_permuted_copies_merge_to_the_model(device):
     torch.manual_seed(0)
-    model = VGG(11, width=1 / 16, norm="batch")
+    model = VGG(11, width=1 / 16, norm="batch").to(device)
     spec, state = spec_for(model), model.state_dict()
     sizes = spec.sizes(state)
     copies = [apply_permutation(state, spec, random_permutation(sizes, s)) for s in range(4)]
     res = merge_many(copies, spec)
     assert res.history[-1] == pytest.approx(0.0, abs=1e-9) and res.history[0] > 0
+    assert all(p.device.type == device for perm in res.perms for p in perm.values())
+    assert all(t.device.type == device for t in res.merged.values())
     for s, p in zip(copies, res.perms):
         aligned = apply_permutation(s, spec, p)
+        # the mean of four equal tensors is exact on any device
         assert all(torch.equal(aligned[k], res.merged[k]) for k in state)
 
 

@@ -35,8 +35,23 @@ def _values(out):
     return {(r.job, r.metric): r.value for r in table.itertuples() if "seconds" not in r.metric}
 
 
-def test_workers_match_the_study_process_and_are_reused(tiny_run, tmp_path):
-    path, reference = tiny_run
+def _on(accelerator: str) -> dict:
+    """The tiny study with every job (training and barrier) on ``accelerator``."""
+    study = tiny_study()
+    on = f"--trainer.accelerator={accelerator}"
+    study["train"]["args"].append(on)
+    for stage in study["evaluate"]:
+        stage["args"].append(on)
+    return study
+
+
+def test_workers_match_the_study_process_and_are_reused(request, tmp_path, accelerator):
+    if accelerator == "cpu":  # the base configs' accelerator
+        path, reference = request.getfixturevalue("tiny_run")
+    else:  # two workers share the one GPU; the reference runs on it in this process
+        path = write_study(tmp_path / accelerator, _on(accelerator))
+        reference = tmp_path / "reference"
+        assert not run_study(path, reference, log=_quiet).failed
     out = tmp_path / "out"
     summary = run_study(path, out, workers=2, log=_quiet)
     assert not summary.failed and len(summary.ran) == 6
@@ -44,10 +59,13 @@ def test_workers_match_the_study_process_and_are_reused(tiny_run, tmp_path):
     pids = {r["pid"] for r in records}
     assert os.getpid() not in pids and len(pids) <= 2  # two warm workers ran all six jobs
     assert all(r["status"] == "done" for r in records)
+    if accelerator != "cpu":  # and they ran their jobs on it
+        assert all(f"--trainer.accelerator={accelerator}" in r["resolved_args"] for r in records)
     ours, theirs = _values(out), _values(reference)
     assert ours.keys() == theirs.keys()
+    abs_tol = 1e-7 if accelerator == "cpu" else 1e-6  # CUDA kernels need not be bitwise
     for key, value in theirs.items():
-        assert math.isclose(ours[key], value, rel_tol=1e-5, abs_tol=1e-7) or (
+        assert math.isclose(ours[key], value, rel_tol=1e-5, abs_tol=abs_tol) or (
             math.isnan(value) and math.isnan(ours[key])
         ), key
 
