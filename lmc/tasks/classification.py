@@ -9,13 +9,37 @@ import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor, nn
-from torchmetrics import MeanMetric, MeanSquaredError, MetricCollection
+from torchmetrics import MeanSquaredError, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from lmc.optim import default_optimizer
 from lmc.tasks.base import save_task_hparams
 
 STAGES = ("train", "val", "test")
+
+
+class BatchMean(Metric):
+    """The sample-weighted mean of per-batch values (a stage's mean loss), without a host sync.
+
+    ``torchmetrics.MeanMetric`` asks the device whether a value is NaN on every update and
+    copies an integer weight to the device, two waits per training step on a GPU, which keep
+    the CPU from queueing the next step (issue 30); here a NaN loss makes the mean NaN, so a
+    diverged epoch shows as one. States are summed across processes.
+    """
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("total", torch.tensor(0.0), dist_reduce_fx="sum")
+        self.add_state("count", torch.tensor(0.0), dist_reduce_fx="sum")
+
+    def update(self, value: Tensor, n: int) -> None:
+        self.total += value.detach().to(self.total.dtype) * n
+        self.count += n
+
+    def compute(self) -> Tensor:
+        return self.total / self.count
 
 
 # Configs saved before the default moved to lmc.optim name this path: keep it importable.
@@ -60,7 +84,7 @@ class TrainTask(L.LightningModule, ABC):
         metrics = self.build_metrics()
         # ModuleDict keys cannot be "train" (it is a Module method), hence the suffix.
         self.metrics = nn.ModuleDict({f"{s}_": metrics.clone(prefix=f"{s}/") for s in STAGES})
-        self.losses = nn.ModuleDict({f"{s}_": MeanMetric() for s in STAGES})
+        self.losses = nn.ModuleDict({f"{s}_": BatchMean() for s in STAGES})
 
     @abstractmethod
     def build_metrics(self) -> MetricCollection:
@@ -72,6 +96,15 @@ class TrainTask(L.LightningModule, ABC):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Lightning names the running hook here around every hook call, ~40 times a training
+        # step; nn.Module.__setattr__'s checks for parameters, modules and buffers cost more than
+        # a small network's step on a GPU, and a string is none of them (issue 30)
+        if name == "_current_fx_name":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
 
     def configure_model(self) -> None:
         """The speed recipes (``configs/speed/``): channels-last weights, ``torch.compile``."""
@@ -87,7 +120,7 @@ class TrainTask(L.LightningModule, ABC):
             x = x.contiguous(memory_format=torch.channels_last)
         out = self(x)
         loss = self.loss(out, y)
-        self.losses[f"{stage}_"].update(loss.detach(), weight=x.shape[0])
+        self.losses[f"{stage}_"].update(loss.detach(), x.shape[0])
         self.metrics[f"{stage}_"].update(out.detach(), y)
         if stage == "train" and self._logging_step():
             self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False)
@@ -175,7 +208,16 @@ class ClassificationTask(TrainTask):
         super().__init__(net, optimizer, lr_scheduler, scheduler_interval, channels_last, compile)
 
     def build_metrics(self) -> MetricCollection:
-        return MetricCollection({"acc": MulticlassAccuracy(self.num_classes, average="micro")})
+        return MetricCollection(
+            {
+                "acc": MulticlassAccuracy(
+                    # the labels' range is checked by the loss; the check here syncs every step
+                    self.num_classes,
+                    average="micro",
+                    validate_args=False,
+                )
+            }
+        )
 
     def loss(self, output: Tensor, target: Tensor) -> Tensor:
         return nn.functional.cross_entropy(output, target, label_smoothing=self.label_smoothing)
