@@ -91,6 +91,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--epoch-models", type=int, default=3, help="models in the epoch timing")
     parser.add_argument("--device", default="cpu", help="where the STE-MM epoch timing runs")
+    parser.add_argument(
+        "--epoch-only", action="store_true", help="the epoch timing alone (benchmarks/gpu.py)"
+    )
     args = parser.parse_args()
     require_data("MNIST", "benchmarks/ste_mm.py")
     torch.set_num_threads(args.threads)
@@ -124,6 +127,11 @@ def main() -> None:
         f"here, the issue's figure): {STEMM_EPOCH_S_BEFORE} s",
         flush=True,
     )
+    if args.epoch_only:
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        print(f"device: {name}")
+        print(f"stemm_epoch_s={epoch_s:.3f} stemm_setup_s={setup:.3f} stemm_final_s={final:.3f}")
+        return
 
     # Epoch 1: the accelerated and the plain search step side by side on the same batches (same
     # start, seed and lambdas), each step timed on its own, so both see the same machine load;

@@ -130,29 +130,85 @@ def plain_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float],
     return times, len(loader.dataset)
 
 
-def compare(name: str, args: list[str], epochs: int, repeats: int) -> dict[str, float]:
-    """``lmc fit`` as configured (device-resident data where it fits), ``lmc fit`` on the
-    DataLoader, and the plain DataLoader loop, in rotating order."""
-    runners = (lmc_epochs, lmc_dataloader_epochs, plain_epochs)
-    times: dict[object, list[float]] = {fn: [] for fn in runners}
+def plain_device_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float], int]:
+    """Epoch times of the plain loop on device-resident data: the training split normalised
+    once into one tensor on the training device, shuffled by ``torch.randperm`` there, batches
+    gathered by indexing (no DataLoader, no host copies). Splits without augmentation only."""
+    cli = _cli([*args, f"--trainer.default_root_dir={root}"])
+    task, dm = cli.model, cli.datamodule
+    dm.prepare_data()
+    dm.setup("fit")
+    device = cli.trainer.strategy.root_device
+    ds = dm.train_dataset
+    n = len(ds)
+    x_all, y_all = ds.to(device).batch(torch.arange(n, device=device))
+    net = task.net.to(device)
+    optimizer = task.optimizer(net.parameters())
+    loss_fn = nn.CrossEntropyLoss()
+    net.train()
+    gen = torch.Generator(device=device).manual_seed(0)
+    times = []
+    for _ in range(epochs):
+        _sync(device)
+        t0 = time.perf_counter()
+        for idx in torch.randperm(n, device=device, generator=gen).split(dm.batch_size):
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(net(x_all[idx]), y_all[idx])
+            loss.backward()
+            optimizer.step()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return times, n
+
+
+RUNNERS = {
+    "lmc": lmc_epochs,
+    "lmc_dataloader": lmc_dataloader_epochs,
+    "plain": plain_epochs,
+    "plain_device": plain_device_epochs,
+}
+
+
+def compare(
+    name: str, args: list[str], epochs: int, repeats: int, runners: tuple[str, ...]
+) -> dict[str, float]:
+    """Median epoch time of each of ``runners`` (names in :data:`RUNNERS`), run in rotating
+    order so that machine load hits them alike; the first epoch of each run is dropped."""
+    times: dict[str, list[float]] = {r: [] for r in runners}
+    k = len(runners)
     for r in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
-            for fn in runners[r % 3 :] + runners[: r % 3]:
-                t, n = fn(args, epochs, Path(tmp))
-                times[fn].extend(t[1:])  # drop warm-up
-    lmc_s, loader_s, plain_s = (statistics.median(times[fn]) for fn in runners)
+            for runner in runners[r % k :] + runners[: r % k]:
+                t, n = RUNNERS[runner](args, epochs, Path(tmp))
+                times[runner].extend(t[1:])  # drop warm-up
+    med = {r: statistics.median(times[r]) for r in runners}
     print(
-        f"{name}: {n} samples; epoch {lmc_s:.3f} s lmc fit, {loader_s:.3f} s lmc fit on the "
-        f"DataLoader, {plain_s:.3f} s plain DataLoader loop (medians of "
-        f"{len(times[plain_epochs])} epochs); throughput ratios {plain_s / lmc_s:.3f}, "
-        f"{plain_s / loader_s:.3f}",
+        f"{name}: {n} samples; median epoch over {len(times[runners[0]])} epochs: "
+        + ", ".join(f"{r} {s:.4f} s" for r, s in med.items()),
         flush=True,
     )
+    out = {f"{r}_epoch_s_{name}": s for r, s in med.items()}
+    out[f"samples_{name}"] = n
+    if "plain" in med:
+        out[f"train_throughput_{name}"] = med["plain"] / med["lmc"]
+        if "lmc_dataloader" in med:
+            out[f"train_throughput_{name}_dataloader"] = med["plain"] / med["lmc_dataloader"]
+    if "plain_device" in med:
+        out[f"train_throughput_{name}_vs_device_loop"] = med["plain_device"] / med["lmc"]
+    return out
+
+
+def step_overhead(args: list[str], epochs: int, repeats: int) -> dict[str, float]:
+    """The CPU proxy of the GPU step overhead: a width-32 MLP, whose compute is negligible, so
+    that its step time is what a step costs beyond the arithmetic; lmc fit against the plain
+    device-resident loop, per step in microseconds."""
+    tiny = [*args, "--model.init_args.net.init_args.width=32"]
+    times = compare("tiny", tiny, epochs, repeats, ("lmc", "plain_device"))
+    steps = -(-times["samples_tiny"] // 512)  # configs/mnist/mlp.yaml's batch size
     return {
-        f"train_throughput_{name}": plain_s / lmc_s,
-        f"train_throughput_{name}_dataloader": plain_s / loader_s,
-        f"lmc_epoch_s_{name}": lmc_s,
-        f"plain_epoch_s_{name}": plain_s,
+        **times,
+        "step_overhead_tiny_us_lmc": 1e6 * times["lmc_epoch_s_tiny"] / steps,
+        "step_overhead_tiny_us_plain": 1e6 * times["plain_device_epoch_s_tiny"] / steps,
     }
 
 
@@ -164,7 +220,7 @@ def main() -> None:
     parser.add_argument("--cifar-n", type=int, default=5000, help="fake CIFAR-10 images")
     parser.add_argument("--cifar-batch", type=int, default=500)
     parser.add_argument(
-        "--only", choices=["mlp", "resnet20", "students", "mlp_population"], default=None
+        "--only", choices=["tiny", "mlp", "resnet20", "students", "mlp_population"], default=None
     )
     parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu")
     parser.add_argument("--members", type=int, default=16, help="population size")
@@ -177,17 +233,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as fake:
         if ns.fake_mnist:  # one fake MNIST for both MNIST parts
             write_fake_mnist(fake, n_train=60000, n_test=10000)
+        mnist = ["-c", str(ROOT / "configs" / "mnist" / "mlp.yaml"), "-c", csv]
+        mnist.append(f"--trainer.accelerator={ns.accelerator}")
+        if ns.fake_mnist:
+            mnist.append(f"--data.init_args.data_dir={fake}")
+        elif ns.only in (None, "tiny", "mlp") and not os.environ.get("LMC_DATA_DIR"):
+            raise SystemExit(
+                "set LMC_DATA_DIR to a writable copy of ../shared/datasets (MNIST/raw), or "
+                "give --fake-mnist for a timing on fake images of the same size"
+            )
+        if ns.only in (None, "tiny"):
+            line.update(step_overhead(mnist, ns.epochs, ns.repeats))
         if ns.only in (None, "mlp"):
-            mnist = ["-c", str(ROOT / "configs" / "mnist" / "mlp.yaml"), "-c", csv]
-            mnist.append(f"--trainer.accelerator={ns.accelerator}")
-            if ns.fake_mnist:
-                mnist.append(f"--data.init_args.data_dir={fake}")
-            elif not os.environ.get("LMC_DATA_DIR"):
-                raise SystemExit(
-                    "set LMC_DATA_DIR to a writable copy of ../shared/datasets (MNIST/raw), or "
-                    "give --fake-mnist for a timing on fake images of the same size"
-                )
-            line.update(compare("mlp", mnist, ns.epochs, ns.repeats))
+            runners = ("lmc", "lmc_dataloader", "plain", "plain_device")
+            line.update(compare("mlp", mnist, ns.epochs, ns.repeats, runners))
         if ns.only in (None, "resnet20"):
             write_fake_cifar10(fake, n_train=ns.cifar_n, n_test=100)
             resnet = [
@@ -203,7 +262,9 @@ def main() -> None:
                 f"--data.init_args.batch_size={ns.cifar_batch}",
                 f"--trainer.accelerator={ns.accelerator}",
             ]
-            line.update(compare("resnet20", resnet, ns.epochs, ns.repeats))
+            # augmented batches: no device-resident plain loop (it would skip the augmentation)
+            runners = ("lmc", "lmc_dataloader", "plain")
+            line.update(compare("resnet20", resnet, ns.epochs, ns.repeats, runners))
         # many models as one population vs N sequential `lmc fit` runs (benchmarks/population.py)
         if ns.only in (None, "students"):
             with tempfile.TemporaryDirectory() as tmp:
@@ -223,7 +284,9 @@ def main() -> None:
             line.update(pop)
         for key in [k for k in line if k.startswith("many_models")]:
             print(f"{key}: {line[key]:.2f}x", flush=True)
-    print(" ".join(f"{k}={v:.4g}" for k, v in line.items()))
+    device = torch.cuda.get_device_name() if ns.accelerator == "gpu" else "cpu"
+    print(f"device: {device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(" ".join(f"{k}={v:.4g}" for k, v in line.items() if not k.startswith("samples_")))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,63 @@
+"""benchmarks/gpu.py and the CPU proxy of its training figure (issue 30): what can be checked
+without a GPU — the parsing of the parts' output, the refusal without CUDA, and the tiny-MLP
+step overhead that benchmarks/training.py measures on the CPU."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from benchmarks import gpu
+from tests.helpers import copy_shared_mnist
+
+
+def test_a_part_reports_the_key_values_of_its_last_line_that_has_any():
+    text = "noise\nwm_a=1.5 wm_b=nan\ntotal 3 s\n"
+    assert gpu.last_line_values(text) == {"wm_a": "1.5", "wm_b": "nan"}
+    assert gpu.last_line_values("nothing here\n") == {}
+
+
+def test_test_counts_come_from_the_junit_xml(tmp_path):
+    xml = tmp_path / "junit.xml"
+    xml.write_text(
+        '<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="9" failures="2" '
+        'errors="1" skipped="3"></testsuite></testsuites>'
+    )
+    assert gpu.junit_counts(xml) == {
+        "gpu_tests_failed": "3",
+        "gpu_tests_passed": "3",
+        "gpu_tests_skipped": "3",
+    }
+    assert gpu.junit_counts(tmp_path / "missing.xml")["gpu_tests_failed"] == "nan"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_without_cuda_the_check_stops_and_says_where_it_runs():
+    with pytest.raises(SystemExit, match="needs a CUDA device"):
+        gpu.main(["--only", "wm"])
+
+
+def test_the_cpu_proxy_prints_lmc_and_the_plain_loop_per_step(tmp_path, monkeypatch, capsys):
+    from benchmarks import training
+
+    monkeypatch.setenv("LMC_DATA_DIR", str(copy_shared_mnist(tmp_path)))
+    argv = ["training.py", "--only", "tiny", "--epochs", "2", "--repeats", "1"]
+    monkeypatch.setattr(sys, "argv", argv)
+    training.main()
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    values = {k: float(v) for k, v in gpu.last_line_values(last).items()}
+    assert set(values) == {
+        "lmc_epoch_s_tiny",
+        "plain_device_epoch_s_tiny",
+        "step_overhead_tiny_us_lmc",
+        "step_overhead_tiny_us_plain",
+        "train_throughput_tiny_vs_device_loop",
+    }
+    # 108 steps an epoch (55,000 images at batch 512): the per-step figures are the epochs'
+    steps = -(-55000 // 512)
+    assert values["step_overhead_tiny_us_lmc"] == pytest.approx(
+        1e6 * values["lmc_epoch_s_tiny"] / steps, rel=1e-3
+    )
+    assert all(v > 0 for v in values.values())
