@@ -83,7 +83,7 @@ PARTS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     "wm": (
         [PY, "benchmarks/weight_matching.py", "--only-trained", "--device", "cuda"]
         + ["--calls", "2", "--vgg-calls", "1"],
-        80,
+        150,
         {
             "wm_repeat_speedup_resnet20x16_trained": "wm_repeat_speedup_resnet20x16_trained",
             "wm_vgg11x4_trained_cold_s": "wm_vgg11x4_trained_cold_s",

@@ -12,6 +12,7 @@ read like any other run. This is the CLI glue; the algorithm is in :mod:`lmc.pop
 from __future__ import annotations
 
 import copy
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -466,11 +467,13 @@ class PopulationFit:
         opt_state = self.optimizer.state_dict()
         params = list(self.params.values())
         scheds = [self.scheduler.state_dict()] if self.scheduler is not None else []
+        cfg = copy.deepcopy(self.cfg)
+        cfg.seed_everything, cfg.population = self.seeds[0], None
+        first = self._dump(cfg)  # one dump (~0.2 s); the members' configs differ in the seed
         for k, (seed, task) in enumerate(zip(self.seeds, self.tasks)):
             folder = self.member_dir(seed)
-            cfg = copy.deepcopy(self.cfg)
-            cfg.seed_everything, cfg.population = seed, None
-            self._write_config(folder / "config.yaml", cfg)
+            text = member_config(first, seed)
+            atomic_write(folder / "config.yaml", lambda f, text=text: f.write(text), mode="w")
             load_state(task.net, member_state(self.params, self.buffers, k))
             ckpt = {
                 "epoch": epoch,
@@ -487,6 +490,16 @@ class PopulationFit:
                 atomic_write(
                     folder / "checkpoints" / name, lambda f, ckpt=ckpt: torch.save(ckpt, f)
                 )
+
+
+def member_config(first: str, seed: int) -> str:
+    """A member's ``config.yaml``: the first member's dump with its own top-level seed."""
+    text, n = re.subn(
+        r"^seed_everything: .*$", f"seed_everything: {seed}", first, count=1, flags=re.M
+    )
+    if n != 1 or yaml.safe_load(text).get("seed_everything") != seed:
+        raise RuntimeError(f"cannot set seed_everything: {seed} in the member config:\n{first}")
+    return text
 
 
 class _Collect:
