@@ -7,8 +7,9 @@ jobs) and writes them to ``docs/reproductions/claims.json``; ``python benchmarks
 (no ``--collect``) rewrites the table between the README's markers from that file. The study
 folders are those ``benchmarks/studies.py`` runs (``DIR/<name>``, the CPU-scale files of
 ``configs/studies/``) and, under ``DIR/paper/<name>``, the paper-scale files of
-``configs/studies/paper/``. ``tests/test_reproductions_table.py`` checks that the README's table
-is the rendering of the committed JSON.
+``configs/studies/paper/``; ``--merge`` keeps the committed results of the studies that are not
+under ``DIR`` (to add or rerun some studies alone). ``tests/test_reproductions_table.py`` checks
+that the README's table is the rendering of the committed JSON.
 """
 
 from __future__ import annotations
@@ -59,6 +60,18 @@ def collect(study_dir: Path) -> dict[str, Any]:
                 }
             )
     return {"schema": "lmc.reproductions", "version": 1, "studies": studies}
+
+
+def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``old``'s studies with those ``new`` evaluated replaced (keyed by name and scale), in the
+    order of ``benchmarks/studies.py`` within each scale: for adding or rerunning some studies
+    without the folders of the others."""
+    from benchmarks.studies import ORDER
+
+    found = {(s["scale"], s["name"]): s for s in old["studies"]}
+    found |= {(s["scale"], s["name"]): s for s in new["studies"]}
+    order = [(scale or "cpu", name) for scale in SCALES for name in ORDER]
+    return {**new, "studies": [found[key] for key in order if key in found]}
 
 
 def _num(value: Any) -> str:
@@ -143,9 +156,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--collect", action="store_true", help="evaluate the study folders")
     parser.add_argument("--dir", type=Path, default=ROOT / "benchmarks" / ".cache" / "studies")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --collect: keep the committed results of the studies not under --dir",
+    )
     args = parser.parse_args(argv)
+    if args.merge and not args.collect:
+        parser.error("--merge goes with --collect")
     if args.collect:
         data = collect(args.dir)
+        if args.merge:
+            data = merge(json.loads(CLAIMS_JSON.read_text()), data)
         CLAIMS_JSON.parent.mkdir(parents=True, exist_ok=True)
         CLAIMS_JSON.write_text(json.dumps(data, indent=1, default=str) + "\n")
     data = json.loads(CLAIMS_JSON.read_text())

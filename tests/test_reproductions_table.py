@@ -54,3 +54,27 @@ def test_a_row_shows_the_estimate_interval_replicates_and_verdict():
     claim.update(n=0, n_needed=math.nan)
     row = render(data).splitlines()[-1]
     assert "no results yet (a = x; b = y)" in row and row.endswith("| **inconclusive** |")
+
+
+def test_merging_replaces_the_studies_evaluated_again_and_keeps_the_others_in_order():
+    from benchmarks.reproductions import merge
+
+    def study(name, scale, verdict):
+        return {"name": name, "scale": scale, "claims": [{"verdict": verdict}]}
+
+    old = {
+        "schema": "lmc.reproductions",
+        "version": 1,
+        "studies": [study("000_init_scale", "cpu", "reproduced"), study("003_width", "paper", "x")],
+    }
+    new = {
+        "schema": "lmc.reproductions",
+        "version": 1,
+        "studies": [study("003_overlap", "paper", "new"), study("003_width", "paper", "again")],
+    }
+    merged = merge(old, new)
+    assert [(s["scale"], s["name"], s["claims"][0]["verdict"]) for s in merged["studies"]] == [
+        ("cpu", "000_init_scale", "reproduced"),
+        ("paper", "003_width", "again"),
+        ("paper", "003_overlap", "new"),
+    ]
