@@ -270,6 +270,35 @@ def test_a_misspelt_task_option_names_the_closest_accepted_one(tmp_path, capsys,
     assert "did you mean 'num_models'?" in first
 
 
+@pytest.mark.parametrize(
+    ("option", "owner", "closest"),
+    [
+        ("--data.init_args.batchsize=64", "lmc.data.MNISTDataModule", "batch_size"),
+        ("--model.init_args.net.init_args.widht=64", "lmc.models.MLP", "width"),
+        ("--model.init_args.num_clases=10", "lmc.tasks.ClassificationTask", "num_classes"),
+        ("in a config file", "lmc.data.MNISTDataModule", "batch_size"),
+    ],
+)
+def test_an_unknown_option_is_pinned_on_the_class_that_rejected_it(
+    option, owner, closest, tmp_path, capsys, monkeypatch
+):
+    """Not on the task whatever the option (issue 31): the data module, the network or the task,
+    from the command line or a config file, with the closest accepted name."""
+    if option == "in a config file":
+        overlay = tmp_path / "typo.yaml"
+        overlay.write_text("data:\n  init_args:\n    batchsize: 64\n")
+        extra = ["-c", str(overlay)]
+    else:
+        extra = [option]
+    args = ["fit", "-c", str(CONFIGS / "mnist" / "mlp.yaml"), *extra]
+    monkeypatch.setattr("sys.argv", ["lmc", *args])
+    with pytest.raises(SystemExit):
+        run_cli(*args)
+    first = capsys.readouterr().err.strip().splitlines()[0]
+    assert first.startswith(f"lmc fit: error: {owner}: option '"), first
+    assert f"did you mean '{closest}'?" in first
+
+
 def test_console_errors_are_one_line_without_a_traceback(tmp_path, capsys, monkeypatch):
     from lmc.cli import main
 
