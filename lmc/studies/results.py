@@ -51,9 +51,23 @@ def job_metrics(run_dir: Path) -> dict[str, Any]:
     return metrics
 
 
+def hashable(value: Any) -> Any:
+    """A coordinate as a table cell that ``groupby`` accepts: a list (a merge's or a pair's
+    seeds, in the job's order: the first is the reference) as a tuple, a mapping as a tuple of
+    its sorted items; other values as they are."""
+    if isinstance(value, (list, tuple)):
+        return tuple(hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), hashable(v)) for k, v in value.items()))
+    return value
+
+
 def results(root: str | Path) -> pd.DataFrame:
     """The study folder ``root``'s results: columns ``stage``, ``job``, the grid keys,
     ``metric``, ``value``; one row per done job and metric (pending and failed jobs have none).
+    List-valued coordinates (a merge's members) are tuples, so the table groups by any column
+    (within a stage; across stages ``groupby(..., sort=False)``, as ints and tuples do not sort
+    together).
     """
     store = StudyStore(root)
     jobs = store.plan()
@@ -64,7 +78,7 @@ def results(root: str | Path) -> pd.DataFrame:
     for job in jobs:
         if not store.is_done(job):
             continue
-        coords = {k: job["coordinates"].get(k) for k in keys}
+        coords = {k: hashable(job["coordinates"].get(k)) for k in keys}
         for metric, value in job_metrics(store.run_dir(job)).items():
             rows.append(
                 {

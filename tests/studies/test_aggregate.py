@@ -291,6 +291,34 @@ def test_write_tables_writes_every_table_and_the_summary_over_seeds(tiny_run, tm
     assert (tmp_path / "tables" / "results.parquet").is_file() == has_parquet
 
 
+def test_list_valued_coordinates_are_tuples_so_the_table_groups_by_them(tiny_run, tmp_path):
+    """A merge's members (``seed_everything: [0, 1]``) come out as a tuple in their order, so
+    ``groupby`` over every coordinate works (issue 31: it raised ``unhashable type: 'list'``)."""
+    root = copy_run(tiny_run, tmp_path)
+    plan_path = root / "plan.json"
+    plan = json.loads(plan_path.read_text())
+    jobs = plan["jobs"] if isinstance(plan, dict) else plan
+    for job in jobs:
+        if job["stage"] == "barrier":
+            job["coordinates"]["seed_everything"] = [0, 1]  # as a merge group's members
+    plan_path.write_text(json.dumps(plan))
+    tidy = results(root)
+    stage = tidy[tidy.stage == "barrier"]
+    assert set(stage.seed_everything) == {(0, 1)}
+    by = stage.groupby([WIDTH, "seed_everything", "metric"]).value.mean()
+    matched = stage[(stage[WIDTH] == 8) & (stage.metric == "barrier_loss_matched")].value.item()
+    assert by.loc[(8, (0, 1), "barrier_loss_matched")] == matched
+    # across stages the train rows' seeds are ints: grouped without sorting ints and tuples
+    every = tidy.groupby(["stage", WIDTH, "seed_everything", "metric"], sort=False).value.mean()
+    assert every.loc[("barrier", 8, (0, 1), "barrier_loss_matched")] == matched
+    assert (
+        every.loc[("train", 8, 1, "test/loss")]
+        == tidy[(tidy.stage == "train") & (tidy[WIDTH] == 8) & (tidy.seed_everything == 1)]
+        .set_index("metric")
+        .value["test/loss"]
+    )
+
+
 def test_a_failed_and_a_missing_job_are_counted_in_the_summary(tiny_run, tmp_path):
     root = copy_run(tiny_run, tmp_path)
     store = StudyStore(root)
