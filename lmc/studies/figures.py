@@ -346,10 +346,16 @@ def _ordered(values: Sequence[Any]) -> list[Any]:
     return distinct
 
 
+def _as_list(value: Any) -> Any:
+    """A tuple-valued coordinate (a merge's members, :func:`lmc.studies.results.results`) as
+    the list the study file and ``plan.json`` write."""
+    return [_as_list(v) for v in value] if isinstance(value, tuple) else value
+
+
 def _label(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
-    return str(value)
+    return str(_as_list(value))
 
 
 def _positions(values: Sequence[Any]) -> tuple[dict[Any, float], bool]:
@@ -432,6 +438,16 @@ def _sorted(frame: pd.DataFrame, spec: FigureSpec, columns: Sequence[str]) -> pd
     return frame.assign(**ranks).sort_values(keys, kind="stable").drop(columns=keys)
 
 
+def _log_floor(low: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Interval lower bounds for a log axis: one at or below zero (a t-interval of small
+    positive values) is drawn to half the line's smallest positive value instead of filling
+    the axis down to 1e-14; ``nan`` where the line has no positive value."""
+    values = np.concatenate([low, mean])
+    positive = values[np.isfinite(values) & (values > 0)]
+    floor = positive.min() / 2 if positive.size else np.nan
+    return np.where(low > 0, low, np.where(np.isfinite(low), floor, low))
+
+
 def _draw_lines(ax: Axes, spec: FigureSpec, summary: pd.DataFrame) -> int:
     """Mean lines with markers and interval bands; returns the number of finite points."""
     from matplotlib.ticker import NullFormatter
@@ -446,6 +462,8 @@ def _draw_lines(ax: Axes, spec: FigureSpec, summary: pd.DataFrame) -> int:
         pos = rows["_pos"].to_numpy(dtype=float)
         (line,) = ax.plot(pos, mean, marker="o", markersize=4, label=_line_label(spec, metric, hue))
         low, high = rows["ci_low"].to_numpy(dtype=float), rows["ci_high"].to_numpy(dtype=float)
+        if spec.yscale == "log":
+            low = _log_floor(low, mean)
         has_ci = np.isfinite(low) & np.isfinite(high)
         if has_ci.any():
             ax.fill_between(pos, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
@@ -671,7 +689,7 @@ def render_figure(
     paths = {suffix: _save(fig, out_dir / f"{spec.name}.{suffix}", spec.name) for suffix in SAVED}
     csv = out_dir / f"{spec.name}.csv"
     with atomic_path(csv) as tmp:
-        data.to_csv(tmp, index=False)
+        data.map(_as_list).to_csv(tmp, index=False)
     return RenderedFigure(
         spec, paths["png"], paths["pdf"], paths["svg"], csv, fit=fit, n_points=n_points
     )

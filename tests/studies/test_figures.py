@@ -301,13 +301,14 @@ def test_a_figure_without_finite_values_is_drawn_empty(tmp_path):
     assert pd.read_csv(figures[2].csv).empty
 
 
-def test_categorical_and_list_valued_coordinates(tmp_path):
+@pytest.mark.parametrize("group", [list, tuple], ids=["lists", "tuples as results() gives"])
+def test_categorical_and_list_valued_coordinates(group, tmp_path):
     # merge-like rows: the coordinate is a list of seeds, the hue a method name
     tidy = pd.DataFrame(
         {
             "stage": "merge",
             "job": list("abcd"),
-            "group": [[0, 1], [0, 1], [0, 1, 2], [0, 1, 2]],
+            "group": [group(g) for g in ([0, 1], [0, 1], [0, 1, 2], [0, 1, 2])],
             "method": ["weight", "naive"] * 2,
             "metric": "loss",
             "value": [1.0, 2.0, 3.0, 4.0],
@@ -342,3 +343,18 @@ def test_a_redrawn_figure_is_the_same_file(tmp_path):
     (two,) = render_figures(specs, None, tmp_path / "two", tidy=tidy)
     for a, b in ((one.svg, two.svg), (one.pdf, two.pdf), (one.csv, two.csv)):
         assert a.read_bytes() == b.read_bytes(), a.name
+
+
+def test_a_log_axis_band_stops_above_zero(tmp_path):
+    """A t-interval reaching below zero (issue 31: filled down to 1e-14 on a log axis) is drawn
+    to half the line's smallest positive value."""
+    tidy = _synthetic([0.0] * 4, [0.01, 0.5, 0.2, 0.2001], hue=[1, 1, 2, 2])
+    raw = [{"name": "log", "kind": "line", "stage": "s", "x": "g", "y": ["L"], "yscale": "log"}]
+    (fig,) = render_figures(parse_figures(raw, {"s": ["g"]}), None, tmp_path, tidy=tidy)
+    data = pd.read_csv(fig.csv)
+    assert data.ci_low.iloc[0] < 0  # the interval itself is kept in the CSV
+    from lmc.studies.figures import _log_floor
+
+    low = _log_floor(data.ci_low.to_numpy(), data["mean"].to_numpy())
+    assert low[0] == pytest.approx(min(data.ci_low.iloc[1], data["mean"].min()) / 2)
+    assert low[1] == data.ci_low.iloc[1] > 0
