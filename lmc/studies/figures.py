@@ -689,7 +689,7 @@ def render_figure(
     paths = {suffix: _save(fig, out_dir / f"{spec.name}.{suffix}", spec.name) for suffix in SAVED}
     csv = out_dir / f"{spec.name}.csv"
     with atomic_path(csv) as tmp:
-        data.map(_as_list).to_csv(tmp, index=False)
+        data.apply(lambda column: column.map(_as_list)).to_csv(tmp, index=False)
     return RenderedFigure(
         spec, paths["png"], paths["pdf"], paths["svg"], csv, fit=fit, n_points=n_points
     )
