@@ -90,6 +90,7 @@ def study_main(args: list[str], raise_errors: bool = False) -> None:
 
 def _dispatch(ns: argparse.Namespace, in_process: bool) -> None:
     from lmc.studies import load_and_plan, run_study, status
+    from lmc.studies.store import damaged_jobs
 
     if ns.command == "plan":
         study, jobs = load_and_plan(ns.file)
@@ -126,6 +127,11 @@ def _dispatch(ns: argparse.Namespace, in_process: bool) -> None:
     else:
         for stage, counts in status(ns.dir).items():
             print(f"{stage:10s} " + "  ".join(f"{k} {v}" for k, v in counts.items()))
+        for job, why in damaged_jobs(ns.dir):
+            print(
+                f"damaged: {job['stage']} {job['id']} {job['coordinates']}: {why} "
+                "(`lmc study run` redoes it)"
+            )
 
 
 def _report(root: str, out: str | None, wandb: str | None, after_run: bool) -> None:

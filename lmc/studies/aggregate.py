@@ -63,9 +63,11 @@ def job_table(root: str | Path) -> pd.DataFrame:
     rows = []
     for job in plan:
         rec = store.record(job) or {}
-        state = rec.get("status")
+        state, error = rec.get("status"), rec.get("error")
         if state not in ("done", "failed"):
             state = "running" if live and store.job_dir(job).is_dir() else "pending"
+        elif state == "done" and (why := store.damage(job)):
+            state, error = "failed", f"damaged: {why} (`lmc study run` redoes it)"
         seconds = rec.get("seconds")
         rows.append(
             {
@@ -73,7 +75,7 @@ def job_table(root: str | Path) -> pd.DataFrame:
                 "job": job["id"],
                 **{k: job["coordinates"].get(k) for k in keys},
                 "status": state,
-                "error": rec.get("error") if state == "failed" else None,
+                "error": error if state == "failed" else None,
                 "seconds": float(seconds) if isinstance(seconds, (int, float)) else math.nan,
                 "started": rec.get("started"),
                 "finished": rec.get("finished"),
@@ -87,18 +89,16 @@ def series_table(root: str | Path, stage: str | None = None) -> pd.DataFrame:
     """The series of every done job (of ``stage``, if given) of the study folder ``root`` whose
     run folder holds a ``summary.json``, in long format: ``stage``, ``job``, the coordinate
     keys, ``series`` (its name, e.g. ``naive``), ``axis`` (``alpha``, ``t``, ``n``), ``x``,
-    ``metric``, ``value`` (missing and non-finite values are NaN).
-
-    Raises:
-        RecordError: a done job's ``summary.json`` cannot be read.
+    ``metric``, ``value`` (missing and non-finite values are NaN). Damaged jobs (outputs that
+    do not read) are left out: :func:`job_table` lists them as failed, with why.
     """
     store = StudyStore(root)
     plan = [j for j in store.plan() if stage is None or j["stage"] == stage]
     keys = _coordinate_keys(plan)
     rows = []
     for job in plan:
-        if not store.is_done(job):
-            continue
+        if not store.is_done(job) or store.damage(job):
+            continue  # a damaged job is a failed one in job_table, with why
         run_dir = store.run_dir(job)
         if not (run_dir / RECORD_FILE).is_file():
             continue

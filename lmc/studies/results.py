@@ -76,8 +76,8 @@ def results(root: str | Path) -> pd.DataFrame:
         keys += [k for k in job["coordinates"] if k not in keys]
     rows = []
     for job in jobs:
-        if not store.is_done(job):
-            continue
+        if not store.is_done(job) or store.damage(job):
+            continue  # a damaged job: listed by job_table and status, redone by the next run
         coords = {k: hashable(job["coordinates"].get(k)) for k in keys}
         for metric, value in job_metrics(store.run_dir(job)).items():
             rows.append(

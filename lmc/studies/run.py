@@ -193,10 +193,14 @@ def _schedule(
                     continue  # an input is still to run in this study run
                 changed = True
                 if store.is_done(job) and not _stale(store, job, by_id):
-                    waiting.remove(job)
-                    summary.skipped.append(job.id)
-                    progress.settle(None, ok=True, ran=False)
-                    continue
+                    why = store.damage(job)
+                    if why is None:
+                        waiting.remove(job)
+                        summary.skipped.append(job.id)
+                        progress.settle(None, ok=True, ran=False)
+                        continue
+                    moved = store.set_aside(job)  # kept for a look; the job is redone
+                    log(f"{name(job)}: damaged ({why}); set aside in {moved}, redoing it")
                 missing = [d for d in job.inputs if not store.is_done(by_id[d])]
                 if missing:
                     waiting.remove(job)

@@ -24,6 +24,7 @@ JOB_FILE = "job.json"
 PLAN_FILE = "plan.json"
 STUDY_FILE = "study.yaml"
 LOCK_FILE = ".lock"
+DAMAGED_DIR = "damaged"  # done jobs whose outputs did not read, set aside before their rerun
 
 
 def _write_json(path: Path, payload: Any) -> None:
@@ -167,6 +168,55 @@ class StudyStore:
         """Remove what an unfinished attempt left in the job's folder."""
         shutil.rmtree(self.job_dir(job), ignore_errors=True)
 
+    def damage(self, job: Job | dict[str, Any]) -> str | None:
+        """Why a done job's outputs cannot be read (its run folder, its ``summary.json``, its
+        checkpoints), or ``None`` when they can (or the job is not done). Cheap: records are
+        parsed, checkpoints only checked to be whole zip archives (torch's format)."""
+        if not self.is_done(job):
+            return None
+        from lmc.results import RecordError, read_record
+
+        try:
+            run = self.run_dir(job)
+        except StudyError as err:
+            return str(err)
+        if (run / "summary.json").is_file():
+            try:
+                read_record(run)
+            except RecordError as err:
+                return str(err)
+        for ckpt in sorted((run / "checkpoints").glob("*.ckpt")):
+            if not _whole_zip(ckpt):
+                return f"{ckpt} is not a whole checkpoint (truncated or overwritten)"
+        return None
+
+    def set_aside(self, job: Job | dict[str, Any]) -> Path:
+        """Move a damaged job's folder to ``<root>/damaged/<job id>-<n>`` (kept for a look, out
+        of the way of the job's rerun); returns where it went."""
+        folder = self.root / DAMAGED_DIR
+        folder.mkdir(exist_ok=True)
+        n = sum(1 for p in folder.glob(f"{job_id(job)}-*"))
+        dest = folder / f"{job_id(job)}-{n + 1}"
+        os.replace(self.job_dir(job), dest)
+        return dest
+
+
+def job_id(job: Job | dict[str, Any]) -> str:
+    return job.id if isinstance(job, Job) else str(job["id"])
+
+
+def _whole_zip(path: Path) -> bool:
+    """Whether ``path`` is a zip archive whose central directory reads (a truncated file's does
+    not): the check of a checkpoint that costs no load."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            archive.infolist()
+        return True
+    except (zipfile.BadZipFile, OSError):
+        return False
+
 
 def study_folder(root: str | Path) -> Path:
     """``root`` resolved, once it is known to be a study folder.
@@ -187,7 +237,8 @@ def study_folder(root: str | Path) -> Path:
 def status(root: str | Path) -> dict[str, dict[str, int]]:
     """Per stage, how many jobs of the study folder ``root`` are done, failed, running (begun
     while a live process holds the lock) and pending (not begun, or begun by a run that was
-    stopped: the next run redoes them)."""
+    stopped: the next run redoes them); ``damaged`` (only when some are): done, but their
+    outputs do not read (:meth:`StudyStore.damage`; the next run redoes them)."""
     store = StudyStore(root)
     live = store.holder() is not None
     counts: dict[str, dict[str, int]] = {}
@@ -196,8 +247,21 @@ def status(root: str | Path) -> dict[str, dict[str, int]]:
         state = rec.get("status") if rec else None
         if state not in ("done", "failed"):
             state = "running" if live and store.job_dir(job).is_dir() else "pending"
+        elif state == "done" and store.damage(job):
+            state = "damaged"
         stage = counts.setdefault(
             job["stage"], {"done": 0, "failed": 0, "running": 0, "pending": 0}
         )
-        stage[state] += 1
+        stage[state] = stage.get(state, 0) + 1
     return counts
+
+
+def damaged_jobs(root: str | Path) -> list[tuple[dict[str, Any], str]]:
+    """The done jobs of the study folder ``root`` whose outputs do not read, with why."""
+    store = StudyStore(root)
+    found = []
+    for job in store.plan():
+        why = store.damage(job)
+        if why:
+            found.append((job, why))
+    return found

@@ -148,3 +148,54 @@ def test_an_edited_study_runs_only_its_new_jobs(tiny_run, tmp_path):
     started = [(a[0], a[a.index("--seed_everything=2")] if a[0] == "fit" else "") for a in ran]
     assert started == [("fit", "--seed_everything=2")] * 2  # barriers wait for their inputs
     assert len(summary.failed) == 4  # fake runner: no run folders, so nothing new is done
+
+
+def test_damaged_records_are_reported_then_redone_not_fatal(tiny_run, tmp_path, capsys):
+    """A truncated summary.json and a truncated checkpoint in a finished study (issue 31 item 5):
+    status and the tables name them, the report is still written with them failed, and the
+    next run sets them aside and redoes them (and the barrier that read the retrained model),
+    to the same numbers."""
+    from lmc.studies.aggregate import job_table
+    from lmc.studies.report import write_report
+
+    path, _ = tiny_run
+    out = copy_run(tiny_run, tmp_path)
+    store = StudyStore(out)
+    plan = store.plan()
+    before = results(out)
+    barrier = next(j for j in plan if j["stage"] == "barrier" and j["coordinates"][WIDTH] == 8)
+    train = next(j for j in plan if j["stage"] == "train" and j["coordinates"][WIDTH] == 4)
+    summary = store.run_dir(barrier) / "summary.json"
+    summary.write_text(summary.read_text()[:100])
+    ckpt = sorted((store.run_dir(train) / "checkpoints").glob("*.ckpt"))[0]
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])
+
+    assert status(out)["barrier"]["damaged"] == 1 and status(out)["train"]["damaged"] == 1
+    main(["study", "status", str(out)])
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("damaged:")]
+    assert len(lines) == 2 and "is not strict JSON" in " ".join(lines)
+    assert any("is not a whole checkpoint" in x for x in lines)
+    jobs = job_table(out).set_index("job")
+    for job in (barrier, train):
+        assert jobs.loc[job["id"], "status"] == "failed"
+        assert jobs.loc[job["id"], "error"].startswith("damaged: ")
+    assert barrier["id"] not in set(results(out).job)
+    report = write_report(out)  # written, the damaged jobs among the failed ones
+    assert barrier["id"] in report.markdown.read_text()
+
+    summary_run = run_study(path, out, log=lambda _: None)
+    assert sorted(summary_run.ran) == sorted(
+        [barrier["id"], train["id"]]
+        + [j["id"] for j in plan if j["stage"] == "barrier" and j["coordinates"][WIDTH] == 4]
+    )
+    assert all(v == {} or "damaged" not in v for v in status(out).values())
+    assert {p.name.rsplit("-", 1)[0] for p in (out / "damaged").iterdir()} == {
+        barrier["id"],
+        train["id"],
+    }
+    after = results(out)
+    key = ["stage", "job", "metric"]
+    merged = before.merge(after, on=key, suffixes=("_before", "_after"))
+    assert len(merged) == len(before)
+    metric = merged[merged.metric == "barrier_loss_matched"]
+    assert (metric.value_before == metric.value_after).all()
