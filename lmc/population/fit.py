@@ -242,30 +242,66 @@ class PopulationFit:
         self.cfg = cli.config[self.sub] if self.sub else cli.config
         self.seeds = population_seeds(self.cfg.population)
         check_trainer(self.cfg.trainer, self.cfg)
-        self.tasks, first = [], None
-        for seed in self.seeds:  # exactly the CLI's: seed, then instantiate the whole config
-            config = copy.deepcopy(cli.config)
-            (config[self.sub] if self.sub else config).seed_everything = seed
-            seed_everything(seed, workers=True)
-            init = cli.parser.instantiate_classes(config)
-            init = init[self.sub] if self.sub else init
-            self.tasks.append(init.model)
-            first = init if first is None else first
-        self.init = first
+        self._check_parameters_fit()  # before any member takes memory
+        first = self._instantiate(self.seeds[0])
+        self.init, self.tasks = first, [first.model]
         check_task(self.tasks[0])
         self.datamodule = first.data
         self.history: list[tuple[int, dict[str, float]]] = []  # what was logged, to replay
         self.device = choose_device(self.cfg.trainer.get("accelerator"))
-        self._setup()  # every check before any folder is made
+        x, y = self._check_first()  # data, vmap and memory: before the other members exist
+        self.tasks += [self._instantiate(seed).model for seed in self.seeds[1:]]
+        self._setup(x, y)  # every check before any folder is made
+
+    def _instantiate(self, seed: int) -> Any:
+        """The whole config instantiated for member ``seed``, exactly as the CLI would."""
+        config = copy.deepcopy(self.cli.config)
+        (config[self.sub] if self.sub else config).seed_everything = seed
+        seed_everything(seed, workers=True)
+        init = self.cli.parser.instantiate_classes(config)
+        return init[self.sub] if self.sub else init
+
+    def _check_parameters_fit(self) -> None:
+        """Refuse at once a population whose parameters, gradients and optimizer state alone
+        (a lower bound of its memory, activations left out) exceed the free memory: the
+        network is built on PyTorch's ``meta`` device, which holds no data. A config that
+        cannot be built there is left to the full estimate after the first member."""
+        device = choose_device(self.cfg.trainer.get("accelerator"))
+        try:
+            with torch.device("meta"):
+                probe = self._instantiate(self.seeds[0]).model
+            slots = optimizer_slots(probe.optimizer([torch.zeros(1, requires_grad=True)]))
+            params = sum(p.numel() for p in probe.net.parameters())
+        except Exception:  # noqa: BLE001 - only an early refusal; the full check follows
+            return
+        limit, n = available_memory(device), len(self.seeds)
+        check_fits(4 * params * (3 + slots), limit, n, device, with_activations=False)
 
     # --- setup -------------------------------------------------------------------------------
-    def _setup(self) -> None:
-        net, dm = self.tasks[0].net, self.datamodule
+    def _check_first(self) -> tuple[Tensor, Tensor]:
+        """On the first member alone: the network vectorises, the data is in memory, and the
+        whole population's memory (estimated from this member) fits the device; returns the
+        training tensors."""
+        task, dm = self.tasks[0], self.datamodule
+        net = task.net
         check_vectorizable(net)  # BatchNorm: refused before any data is read
         dm.prepare_data()
         dm.setup("fit")
         x, y = train_tensors(dm)
         check_vectorizable(net, x[:2])  # anything else vmap cannot run, named
+        probe = task.optimizer([torch.zeros(1, requires_grad=True)])  # its kind and slots
+        if not isinstance(probe, ELEMENTWISE_OPTIMIZERS):
+            raise ValueError(
+                f"--population needs an elementwise optimizer (member k's update of the stacked "
+                f"parameters must be its own); {type(probe).__name__} is not among "
+                f"{', '.join(o.__name__ for o in ELEMENTWISE_OPTIMIZERS)}"
+            )
+        per_member = estimate_bytes(net, 1, optimizer_slots(probe), x[:1], dm.batch_size)
+        check_fits(per_member, available_memory(self.device), len(self.seeds), self.device)
+        return x, y
+
+    def _setup(self, x: Tensor, y: Tensor) -> None:
+        net = self.tasks[0].net
         nets = [t.net for t in self.tasks]
         self.params, self.buffers = stack_states(nets)
         self.params = {
@@ -274,12 +310,6 @@ class PopulationFit:
         }
         self.buffers = {k: v.to(self.device) for k, v in self.buffers.items()}
         self.optimizer = self.tasks[0].optimizer(list(self.params.values()))
-        if not isinstance(self.optimizer, ELEMENTWISE_OPTIMIZERS):
-            raise ValueError(
-                f"--population needs an elementwise optimizer (member k's update of the stacked "
-                f"parameters must be its own); {type(self.optimizer).__name__} is not among "
-                f"{', '.join(o.__name__ for o in ELEMENTWISE_OPTIMIZERS)}"
-            )
         sched = self.tasks[0].lr_scheduler
         self.scheduler = sched(self.optimizer) if sched is not None else None
         if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
@@ -287,11 +317,6 @@ class PopulationFit:
                 "--population: ReduceLROnPlateau follows one monitored metric, but each member "
                 "has its own; use a fixed schedule or train the members as separate runs"
             )
-        batch = dm.batch_size
-        estimate = estimate_bytes(
-            net, len(self.seeds), optimizer_slots(self.optimizer), x[:1], batch
-        )
-        check_fits(estimate, available_memory(self.device), len(self.seeds), self.device)
         self.x, self.y = x.to(self.device), y.to(self.device)
         self.net = net.to(self.device)
         for t in self.tasks:

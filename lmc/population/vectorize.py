@@ -174,22 +174,32 @@ def activation_numel(net: nn.Module, example: Tensor) -> int:
 def estimate_bytes(
     net: nn.Module, members: int, slots: int, example: Tensor, batch_size: int
 ) -> int:
-    """Bytes of N members' training: parameters x N x (1 + gradient + optimizer slots) x 4, plus
-    every layer's activations of a batch of ``batch_size`` per member (x 2, for the backward)."""
+    """Bytes of N members' training: parameters x N x (the member's own network + its stacked
+    copy + gradient + optimizer slots) x 4, plus every layer's activations of a batch of
+    ``batch_size`` per member (x 2, for the backward)."""
     params = sum(p.numel() for p in net.parameters())
     acts = activation_numel(net, example[:1]) * batch_size
-    return 4 * members * (params * (2 + slots) + 2 * acts)
+    return 4 * members * (params * (3 + slots) + 2 * acts)
 
 
-def check_fits(estimate: int, limit: int, members: int, device: torch.device) -> None:
-    """Refuse a population whose estimated memory exceeds what ``device`` has free."""
+def check_fits(
+    per_member: int, limit: int, members: int, device: torch.device, with_activations: bool = True
+) -> None:
+    """Refuse a population of ``members`` whose estimated memory (``per_member`` bytes each,
+    :func:`estimate_bytes` of one; ``with_activations=False``: the parameters' part alone, a
+    lower bound) exceeds what ``device`` has free, naming the largest population that fits."""
+    estimate = per_member * members
     if estimate > limit:
         gib = 2**30
+        fits = limit // max(per_member, 1)
         raise MemoryError(
-            f"a population of {members} members needs about {estimate / gib:.2f} GiB "
-            f"(parameters x members x (1 + gradient + optimizer slots) x 4 bytes + activations) "
-            f"but {device} has {limit / gib:.2f} GiB free; train fewer members per population "
-            "(split --population into several runs) or use a larger device"
+            f"a population of {members} members needs "
+            f"{'about' if with_activations else 'at least'} {estimate / gib:.2f} GiB "
+            f"(parameters x members x (network + stacked copy + gradient + optimizer slots) x 4 "
+            f"bytes{' + activations' if with_activations else ''}) but {device} has "
+            f"{limit / gib:.2f} GiB free: at most {fits} "
+            f"member(s) fit; split --population into runs of at most {max(fits, 1)} seeds or use "
+            "a larger device"
         )
 
 

@@ -341,8 +341,56 @@ def test_a_network_that_cannot_be_vectorised_is_refused_naming_the_layer(tmp_pat
 
 def test_a_population_too_large_for_memory_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr("lmc.population.fit.available_memory", lambda device: 1000)
-    with pytest.raises(MemoryError, match=r"population of 2 members needs about .* GiB free"):
+    with pytest.raises(MemoryError, match=r"population of 2 members needs at least .* GiB free"):
         _refused(tmp_path, "--population=[0, 1]")
+
+
+def test_a_huge_population_is_refused_before_any_member_is_built(tmp_path, monkeypatch):
+    """Issue 31: width 16384 x 32 seeds ran into the OOM killer after 46 s. Its parameters
+    alone (counted on the meta device, no memory) exceed the machine: refused before the first
+    member is instantiated, naming how many fit."""
+    import lmc.population.fit as fit
+
+    built = []
+    real = fit.PopulationFit._instantiate
+
+    def spy(self, seed):
+        built.append(torch.get_default_device().type)
+        return real(self, seed)
+
+    monkeypatch.setattr(fit.PopulationFit, "_instantiate", spy)
+    monkeypatch.setattr(fit, "available_memory", lambda device: 24 * 2**30)
+    seeds = "[" + ", ".join(map(str, range(32))) + "]"
+    with pytest.raises(
+        MemoryError, match=r"32 members needs at least 3\d\d\.\d\d GiB .* at most 2"
+    ):
+        _refused(
+            tmp_path,
+            f"--population={seeds}",
+            "--model.init_args.net.init_args.width=16384",
+            config=[str(CONFIGS / "mnist" / "mlp.yaml")],  # MNIST is never read: refused first
+        )
+    assert built == ["meta"]  # only the probe, on the meta device
+
+
+def test_activations_are_estimated_on_the_first_member_before_the_others(tmp_path, monkeypatch):
+    """Parameters that fit, activations that do not: refused once the first member (and the
+    data) exist, before the second is built."""
+    import lmc.population.fit as fit
+
+    built = []
+    real = fit.PopulationFit._instantiate
+
+    def spy(self, seed):
+        built.append((seed, torch.get_default_device().type))
+        return real(self, seed)
+
+    monkeypatch.setattr(fit.PopulationFit, "_instantiate", spy)
+    monkeypatch.setattr(fit, "estimate_bytes", lambda *a: 10**9)
+    monkeypatch.setattr(fit, "available_memory", lambda device: 2 * 10**9)
+    with pytest.raises(MemoryError, match=r"3 members needs about 2.79 GiB .* at most 2"):
+        _refused(tmp_path, "--population=[0, 1, 2]")
+    assert built == [(0, "meta"), (0, "cpu")]
 
 
 def test_gradient_clipping_and_augmentation_are_refused(tmp_path):
