@@ -50,6 +50,7 @@ in that order) of models that agree on every ``over`` key.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 from collections.abc import Mapping
@@ -425,6 +426,12 @@ class _Source:
         return "training job" if self.name == TRAIN_STAGE else f"job of stage {self.name!r}"
 
 
+def _misspelt(a: str, b: str) -> bool:
+    """Whether dotted keys ``a`` and ``b`` differ only by a likely typo in their last part."""
+    (pa, _, la), (pb, _, lb) = a.rpartition("."), b.rpartition(".")
+    return a != b and pa == pb and difflib.SequenceMatcher(None, la, lb).ratio() >= 0.8
+
+
 def _selection_keys(
     select: Mapping[str, Any], where: str, source: _Source
 ) -> tuple[tuple[str, ...], str]:
@@ -432,6 +439,12 @@ def _selection_keys(
     vary = select["vary"]
     for key in (*over, vary):
         if key not in source.keys:
+            close = [k for k in source.keys if _misspelt(k, key)]
+            if close and source.name == TRAIN_STAGE:  # the typo is in the grid, not here
+                raise StudyError(
+                    f"train.grid key {close[0]!r} looks misspelt: {where} names {key!r}; "
+                    f"fix the grid key (or the selection, if the grid is right)"
+                )
             raise StudyError(
                 f"{where} names {key!r}, not {source.what}; its keys: {', '.join(source.keys)}"
             )

@@ -146,6 +146,11 @@ BAD = {
         _bad(grid={WIDTH: [4, 8], "seed_everything": [0, 1, 2]}, zip=[[WIDTH, "seed_everything"]]),
         "zipped keys need lists of one length",
     ),
+    "grid key typo with an evaluate stage": (
+        _bad(grid={"model.init_args.net.init_args.widht": [4], "seed_everything": [0, 1]}),
+        "train.grid key 'model.init_args.net.init_args.widht' looks misspelt: evaluate stage "
+        "'barrier'.pairs names 'model.init_args.net.init_args.width'",
+    ),
     "over names no grid key": (
         _bad_pairs(over=["model.init_args.net.init_args.depth"]),
         "not a train.grid key",
