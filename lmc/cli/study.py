@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
+from typing import Any
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,6 +82,9 @@ def study_main(args: list[str], raise_errors: bool = False) -> None:
     from lmc.studies import StudyError
 
     ns = _parser().parse_args(args)
+    previous = signal.getsignal(signal.SIGTERM)
+    if ns.command == "run" and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)  # ends like Ctrl-C: workers stopped, one line
     try:
         _dispatch(ns, raise_errors)
     except StudyError as err:
@@ -86,6 +92,22 @@ def study_main(args: list[str], raise_errors: bool = False) -> None:
             raise
         sys.stderr.write(f"lmc study: error: {err}\n")
         raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        if raise_errors or os.environ.get("LMC_DEBUG"):
+            raise
+        again = f"lmc study run {ns.file} --dir {ns.dir}" if ns.command == "run" else "it"
+        sys.stderr.write(
+            f"lmc study: interrupted; finished jobs are kept, the others were stopped: "
+            f"`{again}` goes on from there\n"
+        )
+        raise SystemExit(130) from None
+    finally:
+        if ns.command == "run" and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _dispatch(ns: argparse.Namespace, in_process: bool) -> None:

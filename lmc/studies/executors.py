@@ -36,6 +36,10 @@ class Executor(Protocol):
 
     def close(self) -> None: ...
 
+    def terminate(self) -> None:
+        """Stop every running job now (an interrupted study writes nothing after)."""
+        ...
+
 
 class _Finished:
     def __init__(self, record: dict[str, Any]) -> None:
@@ -61,6 +65,9 @@ class InProcess:
 
     def close(self) -> None:
         pass
+
+    def terminate(self) -> None:
+        pass  # the interrupt already stopped the job running in this process
 
 
 def _die_with_parent() -> None:
@@ -175,6 +182,16 @@ class LocalPool:
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
+    def terminate(self) -> None:
+        """Kill the workers (their running jobs leave partial folders, which the next run
+        resumes or redoes) and drop the queued jobs."""
+        processes = list((getattr(self._pool, "_processes", None) or {}).values())
+        for process in processes:
+            process.kill()
+        for process in processes:
+            process.join(timeout=5)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
 
 class Submitit:
     """One submitit job per study job (SLURM with ``cluster: slurm`` or by default where
@@ -192,6 +209,7 @@ class Submitit:
             raise StudyError(
                 '--executor submitit needs submitit: pip install -e ".[slurm]"'
             ) from None
+        self._submitted: list[_SubmititHandle] = []
         options = dict(options)
         cluster = options.pop("cluster", None)
         try:
@@ -202,10 +220,21 @@ class Submitit:
 
     def submit(self, root: Path, job: Job, inputs: list[Job], extra_args: list[str]) -> Handle:
         self._executor.update_parameters(name=f"{job.stage}-{job.id}")
-        return _SubmititHandle(self._executor.submit(execute_job, root, job, inputs, extra_args))
+        handle = _SubmititHandle(self._executor.submit(execute_job, root, job, inputs, extra_args))
+        self._submitted.append(handle)
+        return handle
 
     def close(self) -> None:
         pass
+
+    def terminate(self) -> None:
+        """Cancel the jobs submitted and not finished (scancel on SLURM)."""
+        for handle in self._submitted:
+            if not handle.done():
+                try:
+                    handle._job.cancel(check=False)
+                except Exception:  # noqa: BLE001 - best effort: already gone, no scheduler
+                    pass
 
 
 class _SubmititHandle:

@@ -144,6 +144,9 @@ def run_study(
             summary.left_to_merge = [j.id for j in left]
             store.init(study, jobs, force=force)
             _schedule(study, jobs, selected, store, pool, summary, fail_fast, log, progress_bar)
+        except BaseException:  # Ctrl-C, SIGTERM (lmc.cli.study), an error: stop the jobs now
+            pool.terminate()
+            raise
         finally:
             pool.close()
     if left:

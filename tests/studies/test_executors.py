@@ -266,3 +266,55 @@ def test_a_killed_study_leaves_no_worker_running_its_jobs(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_study_stops_its_workers_and_says_how_to_go_on(sig, tmp_path):
+    """Ctrl-C (SIGINT) or SIGTERM to `lmc study run` alone (issue 31 item 6): its workers are
+    killed at once (was: they finished their jobs and wrote for 5.8 s more), the lock is
+    released, and one line says how to resume, no traceback; exit status 130."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    study = tiny_study(evaluate=[])
+    study["train"]["args"] = [*study["train"]["args"], "--trainer.max_epochs=100000"]
+    path = write_study(tmp_path, study)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "lmc", "study", "run", str(path), "--dir", str(out)]
+    proc = subprocess.Popen(
+        [*cmd, "--workers", "2"],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(out.glob("jobs/train/*/job.log"))) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "no job started"
+            time.sleep(0.2)
+        servers = [
+            p for p in _children(proc.pid) if "forkserver" in Path(f"/proc/{p}/cmdline").read_text()
+        ]
+        workers = [w for s in servers for w in _children(s)]
+        assert len(workers) == 2, (servers, workers)
+        t0 = time.monotonic()
+        proc.send_signal(getattr(signal, sig))
+        _, err = proc.communicate(timeout=30)
+        assert time.monotonic() - t0 < 10
+        assert all(_gone(w) for w in workers), "workers outlived the interrupt"
+        assert proc.returncode == 130
+        lines = err.strip().splitlines()
+        assert lines[-1].startswith("lmc study: interrupted;"), err
+        assert f"lmc study run {path} --dir {out}" in lines[-1]
+        assert "Traceback" not in err
+        assert not list(out.glob("jobs/train/*/job.json"))  # nothing finished after
+        assert not (out / ".lock").exists() or StudyStore(out).holder() is None
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
