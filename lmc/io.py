@@ -251,3 +251,23 @@ def spawn_point(run: str | Path, epoch: int) -> Path:
     """The checkpoint a run saved after ``epoch`` epochs (0: before training) for other runs
     to start from (``lmc fit --spawn_points`` / ``--spawn_from``)."""
     return Path(run) / "checkpoints" / SPAWN_DIR / f"epoch={epoch}.ckpt"
+
+
+#: how jsonargparse dumps a default it cannot write (torchvision's ViT: ``norm_layer`` is a
+#: ``functools.partial``); read back, the text is refused as the value
+UNSERIALIZABLE = "Unable to serialize instance"
+
+
+def drop_unserializable(cfg: Any) -> Any:
+    """``cfg`` without the values jsonargparse could not write: such a value is a class's own
+    default (a config can only give what YAML holds), which applies again when the key is
+    absent, so a saved config parses back and reruns the same model."""
+    if isinstance(cfg, dict):
+        return {
+            k: drop_unserializable(v)
+            for k, v in cfg.items()
+            if not (isinstance(v, str) and v.startswith(UNSERIALIZABLE))
+        }
+    if isinstance(cfg, list):
+        return [drop_unserializable(v) for v in cfg]
+    return cfg

@@ -22,7 +22,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lmc.cli.errors import LMCArgumentParser, condensed_error, quiet_third_party
 from lmc.cli.moved import moved_keys_error
-from lmc.io import atomic_write, load_checkpoint
+from lmc.io import atomic_write, drop_unserializable, load_checkpoint
 from lmc.tasks.resume import (
     AtomicCheckpointIO,
     RandomStateCheckpoint,
@@ -38,8 +38,9 @@ from lmc.tasks.rundir import run_dir
 def _unpin_logger_dirs(text: str) -> str:
     """The dumped config with the loggers' ``save_dir`` that the CLI derived from the trainer's
     ``default_root_dir`` set back to ``null``, so a rerun from the saved config follows its own
-    ``--trainer.default_root_dir``."""
-    cfg = yaml.safe_load(text)
+    ``--trainer.default_root_dir``; values that could not be written (class defaults) left out
+    (:func:`drop_unserializable`)."""
+    cfg = drop_unserializable(yaml.safe_load(text))
     trainer = cfg.get("trainer") or {}
     root = str(Path(trainer.get("default_root_dir") or "runs"))
     loggers = trainer.get("logger")
@@ -71,7 +72,7 @@ class RunConfigSaver(SaveConfigCallback):
         # The whole resolved config (model, data, trainer, seed) into the logger's run config.
         if trainer.logger is not None:
             dumped = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
-            trainer.logger.log_hyperparams(dumped)
+            trainer.logger.log_hyperparams(drop_unserializable(dumped))
 
 
 class LMCCLI(LightningCLI):
@@ -165,6 +166,7 @@ class LMCCLI(LightningCLI):
         root = _logger_root(cfg)
         if run is None:
             current = yaml.safe_load(self._parser("fit").dump(cfg, skip_none=False))
+            current = drop_unserializable(current)
             for candidate in resumable_runs(root):
                 saved = yaml.safe_load((candidate / "config.yaml").read_text())
                 if same_experiment(saved, current):

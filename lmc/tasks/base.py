@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from lmc.evaluation import LossName, cache_batches
+from lmc.io import drop_unserializable
 from lmc.permutation.source import check_spec_source, needs_example, resolve_spec
 from lmc.permutation.spec import PermutationSpec
 
@@ -128,6 +129,13 @@ def save_task_hparams(module: L.LightningModule, ignore: Sequence[str] = ()) -> 
         module.save_hyperparameters(ignore=list(ignore), frame=inspect.currentframe().f_back)
     else:
         module.save_hyperparameters()
+        # the CLI's dump of the config: a class default it could not write (a functools.partial)
+        # is left out, so that a resume parses the checkpoint's hyperparameters back
+        for store in (module._hparams, getattr(module, "_hparams_initial", None)):
+            if store is not None:
+                clean = drop_unserializable(dict(store))
+                store.clear()
+                store.update(clean)
 
 
 class EvaluationTask(L.LightningModule, ABC):

@@ -120,3 +120,33 @@ def test_vit_merges_with_its_permuted_copy_into_itself(trained, tmp_path):
     assert s["wm_ref/n2/train/loss_gap"] == pytest.approx(0.0, abs=1e-5)
     assert s["wm_ref/n2/train/loss"] == pytest.approx(s["originals/model0/train/loss"], abs=1e-5)
     assert s["naive/n2/train/loss_gap"] > 1e-3
+
+
+def test_the_saved_config_reruns_and_resumes(trained, tmp_path):
+    """Issue 31 item 3: the saved config held ``norm_layer: Unable to serialize instance
+    functools.partial(...)`` (torchvision's default), so a rerun or a resume exited with rc 2.
+    Values jsonargparse cannot write are class defaults: left out, they apply again."""
+    root = trained[0].parent
+    [run] = run_dirs(root / "fit")
+    saved = (run / "config.yaml").read_text()
+    assert "Unable to serialize" not in saved
+    assert "norm_layer" not in yaml.safe_load(saved)["model"]["init_args"]["net"]["init_args"]
+    # a rerun from the saved config: one more step, the same network
+    run_cli("fit", "-c", str(run / "config.yaml"), f"--trainer.default_root_dir={tmp_path}")
+    [rerun] = run_dirs(tmp_path)
+    first = model_state_dict(load_checkpoint(checkpoints(run)[0]))
+    again = model_state_dict(load_checkpoint(checkpoints(rerun)[0]))
+    assert all(torch.equal(first[k], again[k]) for k in first)  # same seed, data, steps
+    # a resume with --ckpt_path last parses the checkpoint's hyperparameters back (it exited
+    # with rc 2 on the partial) and finds the finished run: nothing more to train
+    hparams = load_checkpoint(rerun / "checkpoints" / "last.ckpt")["hyper_parameters"]
+    assert "Unable to serialize" not in json.dumps(hparams, default=str)
+    run_cli(
+        "fit",
+        "-c",
+        str(rerun / "config.yaml"),
+        f"--trainer.default_root_dir={tmp_path}",
+        "--ckpt_path=last",
+    )
+    assert run_dirs(tmp_path) == [rerun]
+    assert load_checkpoint(rerun / "checkpoints" / "last.ckpt")["global_step"] == 4
