@@ -181,6 +181,16 @@ def _svg(path: Path) -> str:
     return text.strip()
 
 
+def undefined_left_out(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary without the metrics that no job of their stage gives a finite value (the
+    accuracy of a regression, a barrier normalised by a zero chord): undefined by design, not a
+    divergence to flag. A metric finite in some jobs and not in others keeps its rows."""
+    if summary.empty or "n_nonfinite" not in summary:
+        return summary
+    finite = summary.groupby(["stage", "metric"], sort=False).n.transform("sum")
+    return summary[finite > 0].reset_index(drop=True)
+
+
 def write_report(root: str | Path, out: str | Path | None = None) -> Report:
     """Write the report of the study folder ``root`` into ``out`` (default ``root/report``).
 
@@ -215,7 +225,7 @@ def write_report(root: str | Path, out: str | Path | None = None) -> Report:
     if len(claims):
         tables["claims"] = out / "tables" / "claims.csv"
         atomic_write(tables["claims"], lambda f: claims.to_csv(f, index=False), mode="w")
-    summary = frames["summary"]
+    summary = undefined_left_out(frames["summary"])
     failed = jobs[jobs.status == "failed"][["stage", "job", "error"]]
     failed = failed.assign(log=[f"jobs/{s}/{j}/job.log" for s, j in zip(failed.stage, failed.job)])
     times = _stage_times(jobs)

@@ -86,6 +86,10 @@ def test_report_has_every_figure_table_and_the_study(tiny_run, tmp_path):
         assert fig.pdf.read_bytes().startswith(b"%PDF")
     assert "```yaml\nname: tiny" in md
     assert (out / "report" / "tables" / "summary.csv").is_file()
+    # a regression's accuracy is undefined in every job: left out, not flagged (issue 31)
+    assert "barrier_acc_matched" in (out / "report" / "tables" / "summary.csv").read_text()
+    assert "barrier_acc_matched" not in md and "barrier_loss_matched" in md
+    assert not any("non-finite" in note for note in report.notes)
 
 
 def test_failed_jobs_are_reported_with_their_error(tiny_run, tmp_path):
