@@ -10,6 +10,7 @@ import math
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -223,11 +224,9 @@ def _gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
-def test_a_killed_study_leaves_no_worker_running_its_jobs(tmp_path):
-    """SIGKILL of the `lmc study run` process alone (not its group): its warm workers, children
-    of the fork server that they keep alive, end within seconds instead of finishing their jobs
-    into the dead study's folder."""
+def _start_two_workers(tmp_path: Path, **popen: Any) -> tuple[Any, Path, Path, list[int]]:
+    """`lmc study run --workers 2` of a tiny study whose jobs never end, in its own session,
+    once both workers run a job: (process, study file, study folder, worker pids)."""
     import signal
     import subprocess
     import sys
@@ -238,12 +237,7 @@ def test_a_killed_study_leaves_no_worker_running_its_jobs(tmp_path):
     path = write_study(tmp_path, study)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "lmc", "study", "run", str(path), "--dir", str(out)]
-    proc = subprocess.Popen(
-        [*cmd, "--workers", "2"],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
+    proc = subprocess.Popen([*cmd, "--workers", "2"], start_new_session=True, **popen)
     try:
         deadline = time.monotonic() + 120
         while len(list(out.glob("jobs/train/*/job.log"))) < 2:
@@ -254,6 +248,25 @@ def test_a_killed_study_leaves_no_worker_running_its_jobs(tmp_path):
         ]
         workers = [w for s in servers for w in _children(s)]
         assert len(workers) == 2, (servers, workers)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return proc, path, out, workers
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_a_killed_study_leaves_no_worker_running_its_jobs(tmp_path):
+    """SIGKILL of the `lmc study run` process alone (not its group): its warm workers, children
+    of the fork server that they keep alive, end within seconds instead of finishing their jobs
+    into the dead study's folder."""
+    import signal
+    import subprocess
+    import time
+
+    proc, _, out, workers = _start_two_workers(
+        tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    try:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         deadline = time.monotonic() + 15
@@ -276,31 +289,12 @@ def test_an_interrupted_study_stops_its_workers_and_says_how_to_go_on(sig, tmp_p
     released, and one line says how to resume, no traceback; exit status 130."""
     import signal
     import subprocess
-    import sys
     import time
 
-    study = tiny_study(evaluate=[])
-    study["train"]["args"] = [*study["train"]["args"], "--trainer.max_epochs=100000"]
-    path = write_study(tmp_path, study)
-    out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "lmc", "study", "run", str(path), "--dir", str(out)]
-    proc = subprocess.Popen(
-        [*cmd, "--workers", "2"],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc, path, out, workers = _start_two_workers(
+        tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     try:
-        deadline = time.monotonic() + 120
-        while len(list(out.glob("jobs/train/*/job.log"))) < 2:
-            assert proc.poll() is None and time.monotonic() < deadline, "no job started"
-            time.sleep(0.2)
-        servers = [
-            p for p in _children(proc.pid) if "forkserver" in Path(f"/proc/{p}/cmdline").read_text()
-        ]
-        workers = [w for s in servers for w in _children(s)]
-        assert len(workers) == 2, (servers, workers)
         t0 = time.monotonic()
         proc.send_signal(getattr(signal, sig))
         _, err = proc.communicate(timeout=30)
