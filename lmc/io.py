@@ -4,9 +4,11 @@ non-finite weights."""
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import re
+import shutil
 import stat
 import tempfile
 from collections import OrderedDict
@@ -114,10 +116,13 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             was kept.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(
-        prefix=f".{path.name}.", suffix=f".tmp{path.suffix}", dir=path.parent
-    )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(
+            prefix=f".{path.name}.", suffix=f".tmp{path.suffix}", dir=path.parent
+        )
+    except OSError as err:
+        raise write_error(path, err) from err
     os.close(fd)
     tmp = Path(name)
     try:
@@ -126,13 +131,48 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             os.chmod(tmp, _kept_mode(path))
         os.replace(tmp, path)
     except OSError as err:
-        raise OSError(
-            err.errno,
-            f"could not write {path} ({err.strerror or err}; disk full or read-only?); "
-            "the previous file, if any, is unchanged",
-        ) from err
+        raise write_error(path, err) from err
+    except RuntimeError as err:  # torch.save on a full disk: "[enforce fail at inline_container"
+        if _free_bytes(path) >= FULL_DISK_BYTES:
+            raise
+        raise write_error(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))) from err
     finally:
         tmp.unlink(missing_ok=True)
+
+
+#: free bytes below which a failed write is put down to a full disk (torch.save's own error
+#: on a full disk does not say so)
+FULL_DISK_BYTES = 1 << 20
+
+
+def _free_bytes(path: Path) -> int:
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return FULL_DISK_BYTES  # unknown: not blamed on the disk
+
+
+def write_error(path: Path, err: OSError) -> OSError:
+    """What to say when ``path`` could not be written: a full disk, a read-only folder, or the
+    system's reason, with the path, what to do, and that the previous file is unchanged."""
+    kept = "the previous file, if any, is unchanged"
+    if err.errno == errno.ENOSPC:
+        free = _free_bytes(path)
+        return OSError(
+            errno.ENOSPC,
+            f"no space left on device writing {path} ({free / 2**20:.1f} MiB free there): free "
+            f"some space (or write elsewhere) and rerun; {kept}",
+        )
+    if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return OSError(
+            err.errno,
+            f"cannot write {path}: {path.parent} is read-only for this process "
+            f"({err.strerror or err}); make it writable or write elsewhere; {kept}",
+        )
+    return OSError(err.errno, f"could not write {path} ({err.strerror or err}); {kept}")
 
 
 def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "wb") -> Path:

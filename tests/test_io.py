@@ -103,10 +103,46 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
         f.write(b"partial")
         raise OSError(28, "No space left on device")
 
-    with pytest.raises(OSError, match=r"could not write .*x\.bin .*No space left.*unchanged"):
+    with pytest.raises(OSError, match=r"no space left on device writing .*x\.bin .*unchanged"):
         atomic_write(path, full_disk)
     assert path.read_bytes() == b"old"
     assert not list(tmp_path.glob(".x.bin.*"))  # no temporary file left
+
+
+def test_torch_save_on_a_full_disk_is_said_to_be_a_full_disk(tmp_path, monkeypatch):
+    """torch.save's own error on a full disk is an 'enforce fail' RuntimeError (issue 31): with
+    under 1 MiB free it is reported as no space left, naming the file; otherwise it is raised
+    as it is."""
+    import lmc.io
+    from lmc.io import atomic_write
+
+    path = tmp_path / "w.ckpt"
+
+    def torch_full(f):
+        f.write(b"\0" * 64)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(lmc.io, "_free_bytes", lambda p: 4096)
+    with pytest.raises(OSError, match=r"no space left on device writing .*w\.ckpt \(0\.0 MiB"):
+        atomic_write(path, torch_full)
+    monkeypatch.setattr(lmc.io, "_free_bytes", lambda p: 10 * 2**30)
+    with pytest.raises(RuntimeError, match="enforce fail"):
+        atomic_write(path, torch_full)
+    assert not path.exists() and not list(tmp_path.glob(".w.ckpt.*"))
+
+
+def test_a_read_only_folder_is_named_in_one_line(tmp_path, monkeypatch):
+    import errno
+    import tempfile
+
+    from lmc.io import atomic_write
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    with pytest.raises(OSError, match=r"cannot write .*r\.json: .* is read-only .*writable"):
+        atomic_write(tmp_path / "r.json", lambda f: f.write("{}"), mode="w")
 
 
 def test_atomic_write_gives_a_new_file_the_umask_mode_and_keeps_an_old_files(tmp_path):

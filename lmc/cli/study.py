@@ -87,10 +87,12 @@ def study_main(args: list[str], raise_errors: bool = False) -> None:
         signal.signal(signal.SIGTERM, _interrupt)  # ends like Ctrl-C: workers stopped, one line
     try:
         _dispatch(ns, raise_errors)
-    except StudyError as err:
+    except (StudyError, OSError) as err:  # OSError: a full disk, a read-only folder (lmc.io)
         if raise_errors or os.environ.get("LMC_DEBUG"):
             raise
-        sys.stderr.write(f"lmc study: error: {err}\n")
+        # lmc.io's write errors carry the whole message (path and fix) without "[Errno n]"
+        plain = isinstance(err, OSError) and err.strerror and err.filename is None
+        sys.stderr.write(f"lmc study: error: {err.strerror if plain else err}\n")
         raise SystemExit(1) from None
     except KeyboardInterrupt:
         if raise_errors or os.environ.get("LMC_DEBUG"):

@@ -189,3 +189,25 @@ def test_report_renders_in_a_real_browser(tiny_run, tmp_path):
     assert shot.stat().st_size > 10_000
     if os.environ.get("LMC_ARTIFACTS"):
         shutil.copy(shot, Path(os.environ["LMC_ARTIFACTS"]) / "report_screenshot.png")
+
+
+def test_a_read_only_study_folder_is_one_line(tiny_run, tmp_path, monkeypatch, capsys):
+    """Issue 31: `lmc study report` on a read-only folder ended in a 35-line traceback."""
+    import errno
+    import tempfile
+
+    out = copy_run(tiny_run, tmp_path)
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    monkeypatch.delenv("LMC_DEBUG", raising=False)
+    from lmc.cli.study import study_main
+
+    with pytest.raises(SystemExit) as exit_:
+        study_main(["report", str(out)])
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lmc study: error: cannot write ")
+    assert "is read-only" in err[0]
