@@ -38,6 +38,7 @@ table{border-collapse:collapse;margin:.6em 0;font-size:.88em}
 th,td{border:1px solid #ccc;padding:.25em .55em;text-align:right}
 th{background:#f3f3f3}td.l,th.l{text-align:left}
 pre{background:#f7f7f7;border:1px solid #e3e3e3;padding:.8em;overflow-x:auto;font-size:.85em}
+.tablebox{max-width:100%;overflow-x:auto}
 figure{margin:1.2em 0}figure svg{max-width:100%;height:auto}
 figcaption{font-size:.9em;color:#444}.bad{color:#a40000}.note{color:#555;font-size:.9em}
 """
@@ -77,9 +78,9 @@ def _html_table(frame: pd.DataFrame, name: str) -> str:
             cls = " class='l'" if not isinstance(value, (int, float)) else ""
             cells.append(f"<td{cls}>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return (
-        f"<table data-name='{html.escape(name)}' data-rows='{len(frame)}'>"
-        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return (  # a wide table scrolls inside its box, the page keeps the window's width
+        f"<div class='tablebox'><table data-name='{html.escape(name)}' data-rows='{len(frame)}'>"
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 

@@ -165,6 +165,7 @@ def test_report_renders_in_a_real_browser(tiny_run, tmp_path):
         )
         try:
             page = context.new_page()
+            page.set_viewport_size({"width": 1280, "height": 900})
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.on("request", lambda r: requests.append(r.url))
@@ -177,6 +178,15 @@ def test_report_renders_in_a_real_browser(tiny_run, tmp_path):
             grid_rows = page.eval_on_selector(
                 "table[data-name='grid']", "t => t.tBodies[0].rows.length"
             )
+            # issue 31: wide tables were cut at 1280 px; now the page keeps the window's width
+            # and a table wider than its box scrolls inside it
+            page.eval_on_selector(  # a cell far wider than the window, as 003_width's were
+                "table[data-name='summary'] td", "td => { td.textContent = 'x'.repeat(600) }"
+            )
+            page_width = page.evaluate("document.documentElement.scrollWidth")
+            boxes_fit = page.eval_on_selector_all(
+                "div.tablebox", "bs => bs.every(b => b.getBoundingClientRect().right <= 1280)"
+            )
             shot = tmp_path / "report.png"
             page.screenshot(path=str(shot), full_page=True)
         finally:
@@ -187,6 +197,7 @@ def test_report_renders_in_a_real_browser(tiny_run, tmp_path):
     assert rows == declared > 0
     assert grid_rows == 4  # train: width, seed; barrier: width, seed
     assert shot.stat().st_size > 10_000
+    assert page_width <= 1280 and boxes_fit
     if os.environ.get("LMC_ARTIFACTS"):
         shutil.copy(shot, Path(os.environ["LMC_ARTIFACTS"]) / "report_screenshot.png")
 
