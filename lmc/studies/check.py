@@ -76,6 +76,38 @@ def _resolve(args: tuple[str, ...]) -> dict[str, Any]:
     return yaml.safe_load(cli._parser(sub).dump(cli.config[sub], skip_none=False))
 
 
+def check_names(resolved: Mapping[str, Any], where: str) -> None:
+    """The registry names of a resolved config's task (``model.init_args``): a matcher, merge
+    methods and baselines, a barrier definition must be registered ones. The task checks the
+    same when it is built; here it is checked before any job of the study runs.
+
+    Raises:
+        StudyError: an unknown name, naming the config field, ``where`` and the valid names.
+    """
+    from lmc.interpolation.barrier import check_definition
+    from lmc.merging import MERGE_METHODS
+    from lmc.permutation.matchers import MATCHERS
+
+    model = resolved.get("model")
+    init = model.get("init_args") if isinstance(model, Mapping) else None
+    if not isinstance(init, Mapping):
+        return
+    checks = {
+        "matcher": lambda v, f: MATCHERS.check(v, f),
+        "methods": lambda v, f: [MERGE_METHODS.check(m, f) for m in v],
+        "baselines": lambda v, f: [MERGE_METHODS.check(m, f) for m in v],
+        "barrier": check_definition,
+    }
+    for key, check in checks.items():
+        value = init.get(key)
+        if value is None or (key in ("methods", "baselines") and not isinstance(value, list)):
+            continue
+        try:
+            check(value, f"model.init_args.{key}")
+        except ValueError as err:
+            raise StudyError(f"{where}: {err}") from None
+
+
 def _child(node: Any, part: str) -> Any:
     """``node[part]``, or ``KeyError``; in a list (e.g. ``trainer.callbacks``) the key is looked
     up in its last entry, as the CLI applies ``--trainer.callbacks.init_args.rate`` there."""
@@ -128,6 +160,7 @@ def check_study(study: Study) -> dict[str, dict[str, Any]]:
     train = study.train
     base = config_args(train.configs, train.args)
     resolved = {"train": resolve_config([train.command, *base])}
+    check_names(resolved["train"], "train")
     grids = [("train", train.grid, base)]
     grids += [
         (f"spawn stage {s.name!r}", s.grid, config_args(train.configs, [*train.args, *s.args]))
@@ -149,6 +182,7 @@ def check_study(study: Study) -> dict[str, dict[str, Any]]:
         args = [stage.command, *config_args(stage.configs, stage.args)]
         resolved[stage.name] = resolve_config(args)
         where = f"evaluate stage {stage.name!r}"
+        check_names(resolved[stage.name], where)
         _check_grid(where, stage.grid, resolved[stage.name], args, "its config", stage.configs)
     if study.claims:
         from lmc.studies.claims import check_claim_metrics
@@ -196,7 +230,7 @@ def _check_grid(
             )
         for value in values:
             try:
-                resolve_config([*args, f"--{key}={cli_value(value)}"])
+                check_names(resolve_config([*args, f"--{key}={cli_value(value)}"]), where)
             except StudyError as err:
                 raise StudyError(
                     f"{where}.grid.{key}: the value {value!r} is refused: {err}"

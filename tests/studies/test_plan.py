@@ -146,6 +146,15 @@ BAD = {
         _bad(grid={WIDTH: [4, 8], "seed_everything": [0, 1, 2]}, zip=[[WIDTH, "seed_everything"]]),
         "zipped keys need lists of one length",
     ),
+    "unknown matcher in an evaluate stage's args": (
+        _with_stage(args=["--model.init_args.matcher=wieght", "--model.init_args.num_alphas=3"]),
+        "evaluate stage 'barrier': model.init_args.matcher: unknown matcher 'wieght'; choose "
+        "one of none, weight",
+    ),
+    "unknown matcher in an evaluate stage's grid": (
+        _with_stage(grid={"model.init_args.matcher": ["weight", "wieght"]}),
+        "evaluate stage 'barrier'.grid.model.init_args.matcher: the value 'wieght' is refused",
+    ),
     "grid key typo with an evaluate stage": (
         _bad(grid={"model.init_args.net.init_args.widht": [4], "seed_everything": [0, 1]}),
         "train.grid key 'model.init_args.net.init_args.widht' looks misspelt: evaluate stage "
