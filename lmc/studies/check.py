@@ -235,3 +235,36 @@ def _check_grid(
                 raise StudyError(
                     f"{where}.grid.{key}: the value {value!r} is refused: {err}"
                 ) from err
+
+
+NUM_MODELS_KEY = "model.init_args.num_models"
+
+
+def check_jobs(jobs: Sequence[Any], resolved: Mapping[str, Mapping[str, Any]]) -> None:
+    """What the planned jobs can be checked for before any runs: a merge job's ``num_models``
+    within [2, the models its group selects]. All such errors are listed at once.
+
+    Raises:
+        StudyError: naming each stage, the job's coordinates and the fix.
+    """
+    errors = []
+    for job in jobs:
+        if not job.inputs or job.stage not in resolved:
+            continue
+        if NUM_MODELS_KEY in job.coordinates:
+            ns = job.coordinates[NUM_MODELS_KEY]
+        else:
+            init = (resolved[job.stage].get("model") or {}).get("init_args") or {}
+            ns = init.get("num_models")
+        if ns is None:
+            continue
+        ns = ns if isinstance(ns, list) else [ns]
+        bad = [n for n in ns if not isinstance(n, int) or not 2 <= n <= len(job.inputs)]
+        if bad:
+            errors.append(
+                f"evaluate stage {job.stage!r} {job.coordinates}: num_models {bad} must lie in "
+                f"[2, {len(job.inputs)}] (the models its group selects); lower num_models or "
+                "select more models (more values of the group's `vary` key)"
+            )
+    if errors:
+        raise StudyError("; ".join(dict.fromkeys(errors)))

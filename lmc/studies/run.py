@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lmc.studies.check import check_study
+from lmc.studies.check import check_jobs, check_study
 from lmc.studies.execute import Runner, input_stamps, now
 from lmc.studies.executors import Handle, make_executor
 from lmc.studies.plan import Job, parse_shard, plan, shard
@@ -40,7 +40,16 @@ class RunSummary:
 def load_and_plan(path: str | Path) -> tuple[Study, list[Job]]:
     """Read, check and plan the study file at ``path`` (no job runs)."""
     study = load_study(path)
-    return study, plan(study, check_study(study))
+    return study, checked_plan(study)
+
+
+def checked_plan(study: Study) -> list[Job]:
+    """The study's jobs, after every check that needs no job to run (:func:`check_study` on
+    the configs, :func:`lmc.studies.check.check_jobs` on the planned jobs)."""
+    resolved = check_study(study)
+    jobs = plan(study, resolved)
+    check_jobs(jobs, resolved)
+    return jobs
 
 
 def _stale(store: StudyStore, job: Job, by_id: dict[str, Job]) -> bool:
@@ -139,7 +148,7 @@ def run_study(
         # the workers warm up while the study is checked against its configs
         pool = make_executor(executor, workers, store.root, study.executor.submitit, runner)
         try:
-            jobs = plan(study, check_study(study))
+            jobs = checked_plan(study)
             selected, left = shard(jobs, *shard_of) if shard_of else (jobs, [])
             summary.left_to_merge = [j.id for j in left]
             store.init(study, jobs, force=force)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lmc.studies import StudyError, load_and_plan, run_study
+from tests.helpers import CONFIGS
 from tests.studies.conftest import WIDTH, tiny_study, width_claim, write_study
 
 
@@ -187,6 +188,21 @@ BAD = {
             ]
         },
         "consecutive pairs seed_everything's values two by two",
+    ),
+    "num_models above the group's size": (
+        tiny_study(
+            evaluate=[
+                {
+                    "name": "merge",
+                    "kind": "merge",
+                    "config": str(CONFIGS / "studies" / "teacher_student_merge.yaml"),
+                    "groups": {"over": [WIDTH], "vary": "seed_everything"},
+                    "args": ["--model.init_args.num_models=[2, 3]"],
+                }
+            ]
+        ),
+        "evaluate stage 'merge' {'model.init_args.net.init_args.width': 4, 'seed_everything': "
+        "[0, 1]}: num_models [3] must lie in [2, 2] (the models its group selects)",
     ),
     "unknown evaluate kind": (
         tiny_study(evaluate=[{**tiny_study()["evaluate"][0], "kind": "barier"}]),
