@@ -108,6 +108,26 @@ def check_names(resolved: Mapping[str, Any], where: str) -> None:
             raise StudyError(f"{where}: {err}") from None
 
 
+def _net_class(resolved: Mapping[str, Any]) -> str | None:
+    model = resolved.get("model")
+    init = model.get("init_args") if isinstance(model, Mapping) else None
+    net = init.get("net") if isinstance(init, Mapping) else None
+    path = net.get("class_path") if isinstance(net, Mapping) else None
+    return path if isinstance(path, str) else None
+
+
+def _check_same_net(train: Mapping[str, Any], stage: Mapping[str, Any], where: str) -> None:
+    """An evaluate stage builds the network class the training jobs trained: another class
+    would not load their checkpoints (known before any model trains)."""
+    trained, built = _net_class(train), _net_class(stage)
+    if trained and built and trained.rsplit(".", 1)[-1] != built.rsplit(".", 1)[-1]:
+        raise StudyError(
+            f"{where} builds a {built} (model.init_args.net of its config) but the training "
+            f"jobs train a {trained}: their checkpoints would not load; give the stage's config "
+            "the trained network"
+        )
+
+
 def _child(node: Any, part: str) -> Any:
     """``node[part]``, or ``KeyError``; in a list (e.g. ``trainer.callbacks``) the key is looked
     up in its last entry, as the CLI applies ``--trainer.callbacks.init_args.rate`` there."""
@@ -183,6 +203,7 @@ def check_study(study: Study) -> dict[str, dict[str, Any]]:
         resolved[stage.name] = resolve_config(args)
         where = f"evaluate stage {stage.name!r}"
         check_names(resolved[stage.name], where)
+        _check_same_net(resolved["train"], resolved[stage.name], where)
         _check_grid(where, stage.grid, resolved[stage.name], args, "its config", stage.configs)
     if study.claims:
         from lmc.studies.claims import check_claim_metrics

@@ -189,6 +189,13 @@ BAD = {
         },
         "consecutive pairs seed_everything's values two by two",
     ),
+    "evaluate network of another class": (
+        _with_stage(
+            args=["--model.init_args.net=lmc.models.MLP", "--model.init_args.num_alphas=3"]
+        ),
+        "evaluate stage 'barrier' builds a lmc.models.MLP (model.init_args.net of its config) but "
+        "the training jobs train a lmc.models.TwoLayerReLU",
+    ),
     "num_models above the group's size": (
         tiny_study(
             evaluate=[
