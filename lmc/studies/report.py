@@ -182,6 +182,21 @@ def _svg(path: Path) -> str:
     return text.strip()
 
 
+def shown_summary(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary a person reads (``tables/summary.csv`` keeps every row): without metrics that
+    are undefined in every job (:func:`undefined_left_out`), wall times (``*_seconds``: the
+    report has its own table of them), and a stage's logged ``interp/*`` copies where its run
+    records give the same numbers (the last point of a path, ``interp/alpha``, is no summary)."""
+    summary = undefined_left_out(summary)
+    if summary.empty:
+        return summary
+    metric = summary.metric.astype(str)
+    recorded = summary.assign(_plain=~metric.str.startswith("interp/"))
+    has_record = recorded.groupby("stage", sort=False)._plain.transform("any")
+    drop = metric.str.endswith("_seconds") | (metric.str.startswith("interp/") & has_record)
+    return summary[~drop].reset_index(drop=True)
+
+
 def undefined_left_out(summary: pd.DataFrame) -> pd.DataFrame:
     """The summary without the metrics that no job of their stage gives a finite value (the
     accuracy of a regression, a barrier normalised by a zero chord): undefined by design, not a
@@ -226,7 +241,7 @@ def write_report(root: str | Path, out: str | Path | None = None) -> Report:
     if len(claims):
         tables["claims"] = out / "tables" / "claims.csv"
         atomic_write(tables["claims"], lambda f: claims.to_csv(f, index=False), mode="w")
-    summary = undefined_left_out(frames["summary"])
+    summary = shown_summary(frames["summary"])
     failed = jobs[jobs.status == "failed"][["stage", "job", "error"]]
     failed = failed.assign(log=[f"jobs/{s}/{j}/job.log" for s, j in zip(failed.stage, failed.job)])
     times = _stage_times(jobs)

@@ -90,6 +90,12 @@ def test_report_has_every_figure_table_and_the_study(tiny_run, tmp_path):
     assert "barrier_acc_matched" in (out / "report" / "tables" / "summary.csv").read_text()
     assert "barrier_acc_matched" not in md and "barrier_loss_matched" in md
     assert not any("non-finite" in note for note in report.notes)
+    # logged copies and wall times stay in the CSV, out of the table a person reads
+    csv = (out / "report" / "tables" / "summary.csv").read_text()
+    assert "interp/alpha" in csv and "matching_seconds" in csv
+    summary_md = md.split("## Summary over seeds")[1].split("\n## ")[0]
+    assert "interp/" not in summary_md and "_seconds" not in summary_md
+    assert "barrier_loss_matched" in summary_md and "test/loss" in summary_md
 
 
 def test_failed_jobs_are_reported_with_their_error(tiny_run, tmp_path):
