@@ -18,8 +18,11 @@ true warm start: :mod:`lmc.permutation.lap_sap`; the default of accelerated matc
 from __future__ import annotations
 
 import inspect
+import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -198,12 +201,45 @@ def accepts_warm(fn: LapSolver) -> bool:
         return False
 
 
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS / Windows
+        return os.cpu_count() or 1
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The process's LAP thread pool (one thread per core), created on first use."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(available_cores(), thread_name_prefix="lmc-lap")
+        return _POOL
+
+
+def _forget_pool() -> None:  # a forked child has the pool object but none of its threads
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 class TimedSolver:
     """Wraps a solver and accumulates the number of solves and the seconds spent in them."""
 
     def __init__(self, solver: str | LapSolver) -> None:
         self.fn, self.returns_duals = get_solver(solver)
         self.warm_start = accepts_warm(self.fn)
+        #: the built-in solvers release the GIL (numba ``nogil``, scipy's C++), so independent
+        #: problems solve at once in threads; a callable may not be thread-safe
+        self.concurrent = not callable(solver)
         self.calls = 0
         self.seconds = 0.0
 
@@ -217,25 +253,64 @@ class TimedSolver:
         Raises:
             LapInputError: non-square or NaN/inf ``cost``.
         """
-        if cost.ndim != 2 or cost.shape[0] != cost.shape[1]:
-            raise LapInputError(f"LAP cost matrix must be square, got shape {cost.shape}")
         t0 = time.perf_counter()
-        if self.warm_start:
-            sol = self.fn(cost, warm=warm)  # type: ignore[call-arg]
-        else:
-            if not np.isfinite(cost).all():
-                raise _nonfinite_error(cost)
-            if warm is not None and warm.u is not None and warm.v is not None:
-                k = cost - warm.u[:, None]
-                k -= warm.v[None, :]
-                sol = self.fn(k)
-                if sol.u is not None and sol.v is not None:
-                    sol = LapSolution(sol.perm, sol.u + warm.u, sol.v + warm.v)
-            else:
-                sol = self.fn(cost)
+        sol = self._solve(cost, warm)
         self.seconds += time.perf_counter() - t0
         self.calls += 1
         return sol
+
+    def many(
+        self, problems: Sequence[tuple[np.ndarray, LapSolution | None]], workers: int | None = None
+    ) -> list[LapSolution | LapInputError]:
+        """Solve independent problems ``(cost, warm)``, up to ``workers`` at once (default: one
+        per core for the built-in solvers, one at a time for a callable); the solutions are
+        those of solving them one by one. A problem the solver rejects gets its
+        :class:`LapInputError` in its place; :attr:`seconds` counts the wall time once."""
+        t0 = time.perf_counter()
+        if workers is None:
+            workers = available_cores() if self.concurrent else 1
+        workers = max(1, min(workers, len(problems)))
+        if workers == 1:
+            out = [self._try(cost, warm) for cost, warm in problems]
+        else:  # contiguous chunks, one a thread; the caller's thread takes the first
+            bounds = np.linspace(0, len(problems), workers + 1).astype(int)
+            chunks = [problems[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+            futures: list[Future[list[LapSolution | LapInputError]]] = [
+                _pool().submit(self._try_all, chunk) for chunk in chunks[1:]
+            ]
+            out = self._try_all(chunks[0])
+            for f in futures:
+                out.extend(f.result())
+        self.seconds += time.perf_counter() - t0
+        self.calls += len(problems)
+        return out
+
+    def _try_all(
+        self, problems: Sequence[tuple[np.ndarray, LapSolution | None]]
+    ) -> list[LapSolution | LapInputError]:
+        return [self._try(cost, warm) for cost, warm in problems]
+
+    def _try(self, cost: np.ndarray, warm: LapSolution | None) -> LapSolution | LapInputError:
+        try:
+            return self._solve(cost, warm)
+        except LapInputError as e:
+            return e
+
+    def _solve(self, cost: np.ndarray, warm: LapSolution | None) -> LapSolution:
+        if cost.ndim != 2 or cost.shape[0] != cost.shape[1]:
+            raise LapInputError(f"LAP cost matrix must be square, got shape {cost.shape}")
+        if self.warm_start:
+            return self.fn(cost, warm=warm)  # type: ignore[call-arg]
+        if not np.isfinite(cost).all():
+            raise _nonfinite_error(cost)
+        if warm is not None and warm.u is not None and warm.v is not None:
+            k = cost - warm.u[:, None]
+            k -= warm.v[None, :]
+            sol = self.fn(k)
+            if sol.u is not None and sol.v is not None:
+                sol = LapSolution(sol.perm, sol.u + warm.u, sol.v + warm.v)
+            return sol
+        return self.fn(cost)
 
 
 def solve_max(similarity: np.ndarray, solver: str | LapSolver = "scipy") -> np.ndarray:

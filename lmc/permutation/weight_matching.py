@@ -47,7 +47,13 @@ from torch import Tensor, nn
 from lmc.permutation._costs import Member, Problem, SourceCache
 from lmc.permutation.apply import apply_permutation
 from lmc.permutation.coupled import coupled_start
-from lmc.permutation.lap import LapInputError, LapSolution, LapSolver, TimedSolver
+from lmc.permutation.lap import (
+    LapInputError,
+    LapSolution,
+    LapSolver,
+    TimedSolver,
+    available_cores,
+)
 from lmc.permutation.spec import (
     Permutation,
     PermutationSpec,
@@ -152,6 +158,7 @@ def weight_matching(
     seed: int | None = 0,
     keys: Iterable[str] | None = None,
     cache_source: bool = True,
+    workers: int | None = None,
 ) -> WeightMatchingResult:
     """Find pi maximising ``<theta_a, pi(theta_b)>`` by coordinate descent over groups.
 
@@ -176,6 +183,11 @@ def weight_matching(
         cache_source: accelerated only: keep the prepared source in ``result.state`` so that
             the next call with an equal source (STE / STE-MM / MergeMany) skips unfolding
             and re-permuting it.
+        workers: how many LAPs to solve at once. Groups next to each other in a sweep's
+            order that share no neighbour relation are independent, and their LAPs are solved
+            at once in threads: the result is exactly that of solving them one by one. Default:
+            one per CPU core for the built-in solvers, 1 for a callable solver (which may not
+            be thread-safe).
 
     Returns:
         The permutation, the objective history, sweep/solve counts, timings and the state to
@@ -190,6 +202,10 @@ def weight_matching(
     t_start = time.perf_counter()
     if method not in ("plain", "accelerated"):
         raise ValueError(f"method must be 'plain' or 'accelerated', got {method!r}")
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise ValueError(
+            f"workers must be a positive integer or None (one per core), got {workers!r}"
+        )
     spec = _resolve_spec(spec, target, source)
     a, b = as_state_dict(target), as_state_dict(source)
     check_same_architecture(a, b, ("target", "source"))
@@ -211,6 +227,7 @@ def weight_matching(
             f"got {solver!r}"
         )
     device = a[keys[0]].device if keys else torch.device("cpu")
+    at_once = workers or (available_cores() if lap.concurrent else 1)
 
     init_perm: Mapping[str, Tensor] | None = init.perm if isinstance(init, MatchingState) else init
     duals: Duals = {}
@@ -274,45 +291,62 @@ def weight_matching(
             prods.append((m, prod))
         return c, prods
 
+    def next_batch(order: list[str], start: int) -> tuple[list[str], int]:
+        """The groups to solve from ``order[start:]`` on whose solves cannot affect each other:
+        it stops before the first group that neighbours one already taken (its cost matrix,
+        and whether it needs a solve at all, depend on that solve's outcome). Solving a batch
+        at once therefore follows the one-by-one trajectory exactly."""
+        batch: list[str] = []
+        i = start
+        while i < len(order) and len(batch) < at_once:
+            g = order[i]
+            if g not in frozen and any(h in spec.neighbors[g] for h in batch):
+                break
+            i += 1
+            if g in frozen or (accelerated and not needs_solve(g)):
+                continue  # frozen, or its cost matrix is the one it was last solved for
+            batch.append(g)
+        return batch, i
+
     while sweeps < max_sweeps:
         if accelerated and not any(needs_solve(g) for g in groups):
             converged = True
             break
         sweeps += 1
         improved_any = False
-        for i in rng.permutation(len(groups)):
-            g = groups[i]
-            if g in frozen:
-                continue
-            if accelerated and not needs_solve(g):
-                continue  # its cost matrix is the one it was last solved for
+        order = [groups[i] for i in rng.permutation(len(groups))]
+        at = 0
+        while at < len(order):
+            batch, at = next_batch(order, at)
             t0 = time.perf_counter()
-            c_t, prods = cost_matrix(g)
-            c = c_t.to(torch.float64).cpu().numpy()
+            built = [cost_matrix(g) for g in batch]
+            costs = [c_t.to(torch.float64).cpu().numpy() for c_t, _ in built]
             cost_seconds += time.perf_counter() - t0
-            k = np.negative(c)
-            warm = None
-            if accelerated and g in duals:
-                warm = LapSolution(perm[g].cpu().numpy(), *duals[g])
-            try:
-                sol = lap(k, warm)
-            except LapInputError as e:
-                raise SpecError(_cost_error(g, problem, prods, e)) from e
-            if accelerated:
-                if sol.u is None or sol.v is None:
-                    duals.pop(g, None)
-                else:
-                    duals[g] = (sol.u, sol.v)
-            rows = np.arange(c.shape[0])
-            cur = perm[g].cpu().numpy()
-            old, new = float(c[rows, cur].sum()), float(c[rows, sol.perm].sum())
-            if new - old > tol * c.shape[0] * float(np.abs(c).max(initial=0.0)):
-                perm[g] = torch.as_tensor(sol.perm, device=device)
-                version[g] += 1
-                improved_any = True
-            solved_at[g] = {h: version[h] for h in spec.neighbors[g]}
-            problem.refresh(g, prods, perm)
-            del c_t, prods
+            problems = []
+            for g, c in zip(batch, costs):
+                warm = None
+                if accelerated and g in duals:
+                    warm = LapSolution(perm[g].cpu().numpy(), *duals[g])
+                problems.append((np.negative(c), warm))
+            solutions = lap.many(problems, at_once)
+            for g, c, (_, prods), sol in zip(batch, costs, built, solutions):
+                if isinstance(sol, LapInputError):
+                    raise SpecError(_cost_error(g, problem, prods, sol)) from sol
+                if accelerated:
+                    if sol.u is None or sol.v is None:
+                        duals.pop(g, None)
+                    else:
+                        duals[g] = (sol.u, sol.v)
+                rows = np.arange(c.shape[0])
+                cur = perm[g].cpu().numpy()
+                old, new = float(c[rows, cur].sum()), float(c[rows, sol.perm].sum())
+                if new - old > tol * c.shape[0] * float(np.abs(c).max(initial=0.0)):
+                    perm[g] = torch.as_tensor(sol.perm, device=device)
+                    version[g] += 1
+                    improved_any = True
+                solved_at[g] = {h: version[h] for h in spec.neighbors[g]}
+                problem.refresh(g, prods, perm)
+            del built
         history.append(problem.total())
         if frozen and not improved_any:  # the rest converged around the coupled groups
             frozen = set()
