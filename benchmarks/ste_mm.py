@@ -73,6 +73,41 @@ def epoch_seconds(net, states, spec, loader, device) -> tuple[float, float, floa
     return setup, loop, time.perf_counter() - t0
 
 
+def profile_steps(net, states, spec, loader, device, steps: int = 40) -> None:
+    """Where a step's time goes (after the timed epoch, not part of it): the Python profile of
+    ``steps`` accelerated STE-MM steps, and the device syncs they make (CUDA)."""
+    import cProfile
+    import pstats
+    import warnings
+
+    search = STEMM(net, states, spec, method="accelerated", seed=0).to(device)
+    opt = torch.optim.Adam(search.proxy_parameters(), lr=1e-3)
+    batches = iter(loader)
+    for _ in range(5):  # warm start of the matching states
+        x, y = next(batches)
+        _step(search, opt, x.to(device), y.to(device))
+    profile, syncs = cProfile.Profile(), 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if device.type == "cuda":
+            torch.cuda.set_sync_debug_mode("warn")
+        t0 = time.perf_counter()
+        profile.enable()
+        for _ in range(steps):
+            x, y = next(batches)
+            _step(search, opt, x.to(device), y.to(device))
+        profile.disable()
+        seconds = time.perf_counter() - t0
+        if device.type == "cuda":
+            torch.cuda.set_sync_debug_mode(0)
+        syncs = sum("synchroniz" in str(w.message).lower() for w in caught)
+    print(
+        f"profiled {steps} steps: {seconds / steps * 1e3:.1f} ms a step (with the profiler), "
+        f"{syncs / steps:.1f} device syncs a step; wm totals {search.wm_stats}"
+    )
+    pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(25)
+
+
 def _step(search: STEMM, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> float:
     """One STE-MM step (004 Alg. 1 lines 3-9): match, mix, straight-through loss, update."""
     search.match()
@@ -130,6 +165,7 @@ def main() -> None:
     if args.epoch_only:
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         print(f"device: {name}")
+        profile_steps(net, states[: args.epoch_models], spec, loader, device)
         print(f"stemm_epoch_s={epoch_s:.3f} stemm_setup_s={setup:.3f} stemm_final_s={final:.3f}")
         return
 

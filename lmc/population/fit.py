@@ -15,6 +15,7 @@ import copy
 import re
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -460,7 +461,7 @@ class PopulationFit:
         warnings.filterwarnings("ignore", "Experiment logs directory .* exists and is not empty")
         for k, seed in enumerate(self.seeds):
             folder = self.member_dir(seed)
-            cfg = yaml.safe_load((folder / "config.yaml").read_text())
+            cfg = {**self._member_cfg, "seed_everything": seed}  # its config.yaml, parsed
             for main in self.loggers:
                 member = member_logger(main, folder, seed)
                 if member is None:
@@ -495,9 +496,11 @@ class PopulationFit:
         cfg = copy.deepcopy(self.cfg)
         cfg.seed_everything, cfg.population = self.seeds[0], None
         first = self._dump(cfg)  # one dump (~0.2 s); the members' configs differ in the seed
+        config_of = member_configs(first)
+        self._member_cfg = yaml.safe_load(first)
         for k, (seed, task) in enumerate(zip(self.seeds, self.tasks)):
             folder = self.member_dir(seed)
-            text = member_config(first, seed)
+            text = config_of(seed)
             atomic_write(folder / "config.yaml", lambda f, text=text: f.write(text), mode="w")
             load_state(task.net, member_state(self.params, self.buffers, k))
             ckpt = {
@@ -517,14 +520,17 @@ class PopulationFit:
                 )
 
 
-def member_config(first: str, seed: int) -> str:
-    """A member's ``config.yaml``: the first member's dump with its own top-level seed."""
-    text, n = re.subn(
-        r"^seed_everything: .*$", f"seed_everything: {seed}", first, count=1, flags=re.M
-    )
-    if n != 1 or yaml.safe_load(text).get("seed_everything") != seed:
-        raise RuntimeError(f"cannot set seed_everything: {seed} in the member config:\n{first}")
-    return text
+def member_configs(first: str) -> Callable[[int], str]:
+    """Member ``seed``'s ``config.yaml`` from the first member's dump: the same text with its
+    own top-level ``seed_everything``. The substitution is checked once, by parsing (the
+    members' texts differ only in that integer)."""
+    parts = re.split(r"^seed_everything: .*$", first, maxsplit=1, flags=re.M)
+    probe = 2**31 - 7
+    text = f"seed_everything: {probe}".join(parts) if len(parts) == 2 else first
+    if len(parts) != 2 or yaml.safe_load(text).get("seed_everything") != probe:
+        raise RuntimeError(f"cannot set the member seed_everything in the config:\n{first}")
+    before, after = parts
+    return lambda seed: f"{before}seed_everything: {seed}{after}"
 
 
 class _Collect:
