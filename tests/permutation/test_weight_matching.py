@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 
 import numpy as np
 import pytest
@@ -242,7 +243,7 @@ def test_independent_groups_solved_at_once_follow_the_one_by_one_trajectory(meth
         assert (one.sweeps, one.solves, one.converged) == (many.sweeps, many.solves, many.converged)
 
 
-def test_a_callable_solver_runs_one_at_a_time_unless_told_otherwise():
+def test_a_callable_solver_runs_one_at_a_time_unless_told_otherwise(monkeypatch):
     """Up to ``workers`` LAPs are in flight at once; a callable solver gets one at a time by
     default (it may not be thread-safe), and ``workers=1`` is serial for the built-ins too."""
     import threading
@@ -266,6 +267,12 @@ def test_a_callable_solver_runs_one_at_a_time_unless_told_otherwise():
     many = weight_matching(a, b, method="accelerated", solver=slow, workers=3)
     assert state["most"] == 3  # the stage's three block-internal groups at once
     assert permutation_equal(serial.perm, many.perm) and serial.history == many.history
+    # matrices solved at once share the cache: a budget of cost entries bounds them too
+    wm = importlib.import_module("lmc.permutation.weight_matching")  # the name is the function
+    monkeypatch.setattr(wm, "CONCURRENT_LAP_CELLS", 15**2)  # below any group's 16 x 16
+    state["most"] = 0
+    capped = weight_matching(a, b, method="accelerated", solver=slow, workers=3)
+    assert state["most"] == 1 and capped.history == serial.history
     with pytest.raises(ValueError, match="workers must be a positive integer"):
         weight_matching(a, b, workers=0)
 
