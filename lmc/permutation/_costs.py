@@ -11,13 +11,17 @@ from torch import Tensor
 from lmc.permutation.spec import PermutationSpec, StateDict
 
 
-def _trace(prod: Tensor, p: Tensor) -> float:
-    """``sum_i prod[i, p[i]]``."""
-    return float(prod.gather(1, p.view(-1, 1)).sum(dtype=torch.float64))
+def _trace(prod: Tensor, p: Tensor) -> Tensor:
+    """``sum_i prod[i, p[i]]`` (float64, left on the device: the objective reads it back once
+    a sweep, not once a solve)."""
+    return prod.gather(1, p.view(-1, 1)).sum(dtype=torch.float64)
 
 
-def _dot(x: Tensor, y: Tensor) -> float:
-    return float(torch.dot(x.reshape(-1), y.reshape(-1))) if x.numel() else 0.0
+def _dot(x: Tensor, y: Tensor) -> Tensor:
+    """``<x, y>`` computed in their dtype, as float64, on their device."""
+    if not x.numel():
+        return torch.zeros((), dtype=torch.float64, device=x.device)
+    return torch.dot(x.reshape(-1), y.reshape(-1)).to(torch.float64)
 
 
 class Member:
@@ -120,7 +124,7 @@ class Member:
         self._prod, self._at = self.product(perm, cached=True), at
         return self._prod
 
-    def value(self, perm: Mapping[str, Tensor], group: str) -> float:
+    def value(self, perm: Mapping[str, Tensor], group: str) -> Tensor:
         """``<A_k, pi(B_k)>`` from the kept gathered source: one row gather, no full permute."""
         b = self.gathered(perm)
         rows = b.reshape(b.shape[0], -1).index_select(0, perm[group])
@@ -170,7 +174,7 @@ class Problem:
         self.keys = keys
         self.cache = cache
         if cache is not None:
-            cache.start_call()
+            cache.start_call(b, keys)
         keyset = set(keys)
         self.static: dict[str, Tensor | None] = {}
         self.dynamic: dict[str, list[Member]] = {}
@@ -203,10 +207,10 @@ class Problem:
             for k in keys
             if len([g for g in spec.axes[k] if g]) > len({g for g in spec.axes[k] if g})
         }
-        self.values: dict[str, float] = {}
-        self.static_values: dict[str, float] = {}
+        self.values: dict[str, Tensor] = {}  # on the device, read back by total()
+        self.static_values: dict[str, Tensor] = {}
 
-    def _value(self, key: str, perm: Mapping[str, Tensor]) -> float:
+    def _value(self, key: str, perm: Mapping[str, Tensor]) -> Tensor:
         t = self.b[key]
         for axis, g in enumerate(self.spec.axes[key]):
             if g is not None:
@@ -247,8 +251,11 @@ class Problem:
                 m.release()
 
     def total(self) -> float:
-        """The tracked objective ``<theta_a, pi(theta_b)>``."""
-        return self.const + sum(self.static_values.values()) + sum(self.values.values())
+        """The tracked objective ``<theta_a, pi(theta_b)>`` (one read-back from the device)."""
+        parts = [*self.static_values.values(), *self.values.values()]
+        if not parts:
+            return float(self.const)
+        return float(self.const + torch.stack(parts).sum())
 
 
 class SourceCache:
@@ -268,25 +275,32 @@ class SourceCache:
         self.members: dict[tuple[str, int, tuple[str | None, ...]], Member] = {}
         self._checked: set[str] = set()
 
-    def start_call(self) -> None:
-        """Check every entry against the source again (once) during the next call."""
+    def start_call(self, b: StateDict, keys: list[str]) -> None:
+        """Compare the kept copies with this call's source ``b`` at ``keys`` (every entry
+        compared element for element, read back from the device once for all of them); the
+        entries that differ are copied again, and their members rebuilt, when first used."""
         self._checked.clear()
+        flags: dict[torch.device, list[tuple[str, Tensor]]] = {}
+        for key in keys:
+            kept, new = self.copies.get(key), b[key]
+            if (
+                kept is not None
+                and kept.shape == new.shape
+                and kept.dtype == new.dtype
+                and kept.device == new.device
+            ):
+                same = (kept == new).all() if kept.numel() else new.new_ones((), dtype=torch.bool)
+                flags.setdefault(new.device, []).append((key, same))
+        for pairs in flags.values():
+            values = torch.stack([f for _, f in pairs]).tolist()
+            self._checked.update(key for (key, _), ok in zip(pairs, values) if ok)
 
     def _copy(self, key: str, b: Tensor) -> Tensor:
-        kept = self.copies.get(key)
-        if key not in self._checked:
-            same = (
-                kept is not None
-                and kept.shape == b.shape
-                and kept.dtype == b.dtype
-                and kept.device == b.device
-                and torch.equal(kept, b)
-            )
-            if not same:
-                kept = self.copies[key] = b.detach().clone()
-                self.members = {slot: m for slot, m in self.members.items() if slot[0] != key}
+        if key not in self._checked:  # new, or not equal to the kept copy
+            self.copies[key] = b.detach().clone()
+            self.members = {slot: m for slot, m in self.members.items() if slot[0] != key}
             self._checked.add(key)
-        return kept  # type: ignore[return-value]
+        return self.copies[key]
 
     def member(self, key: str, axis: int, b: Tensor, axes: tuple[str | None, ...]) -> Member:
         """The kept member for ``(key, axis)``, rebuilt if ``b`` differs from the kept copy."""

@@ -268,7 +268,10 @@ def random_permutation(
 
 
 def check_permutation(perm: Mapping[str, Tensor], sizes: Mapping[str, int]) -> None:
-    """Raise :class:`SpecError` unless ``perm`` holds a valid permutation for every group."""
+    """Raise :class:`SpecError` unless ``perm`` holds a valid permutation for every group.
+
+    The values of every group are checked together, one read-back from the device in all;
+    the group at fault is then named."""
     missing = [g for g in sizes if g not in perm]
     if missing:
         raise SpecError(f"permutation is missing groups {missing[:5]}")
@@ -280,21 +283,39 @@ def check_permutation(perm: Mapping[str, Tensor], sizes: Mapping[str, int]) -> N
             )
         if p.dtype.is_floating_point or p.dtype == torch.bool:
             raise SpecError(f"permutation of group {g!r} must hold integer indices, got {p.dtype}")
-        seen = torch.zeros(n, dtype=torch.bool, device=p.device)
+    flags = []
+    for g, n in sizes.items():
+        if n:  # in range, and each index once (counted in range, so no index can go astray)
+            p = perm[g]
+            once = torch.bincount(p.clamp(0, n - 1), minlength=n) == 1
+            flags.append((p.min() >= 0) & (p.max() < n) & once.all())
+    by_device: dict[torch.device, list[Tensor]] = {}
+    for f in flags:
+        by_device.setdefault(f.device, []).append(f)
+    if all(bool(torch.stack(fs).all()) for fs in by_device.values()):
+        return
+    for g, n in sizes.items():
+        p = perm[g]
         if n and (p.min() < 0 or p.max() >= n):
             raise SpecError(f"permutation of group {g!r} has indices outside [0, {n})")
-        seen[p] = True
-        if not bool(seen.all()):
+        if n and not bool((torch.bincount(p, minlength=n) == 1).all()):
             raise SpecError(f"permutation of group {g!r} repeats an index; it is not a permutation")
 
 
 def check_finite(state: StateDict, name: str = "state dict") -> None:
-    """Raise :class:`SpecError` naming the first floating-point entry with NaN or inf values."""
+    """Raise :class:`SpecError` naming the first floating-point entry with NaN or inf values.
+
+    One reduction per entry (``<t, t>``: NaN and inf propagate), read back from the device once
+    for all of them; only when one is not finite (or overflows) are its values counted."""
+    dots: dict[torch.device, list[Tensor]] = {}
+    for t in state.values():
+        if t.dtype.is_floating_point and t.numel():
+            flat = t.reshape(-1)
+            dots.setdefault(t.device, []).append(torch.dot(flat, flat).float())
+    if all(bool(torch.isfinite(torch.stack(ds)).all()) for ds in dots.values()):
+        return
     for key, t in state.items():
         if not t.dtype.is_floating_point or not t.numel():
-            continue
-        flat = t.reshape(-1)
-        if bool(torch.isfinite(torch.dot(flat, flat))):  # one reduction; inf/NaN propagate
             continue
         bad = int((~torch.isfinite(t)).sum())
         if bad:

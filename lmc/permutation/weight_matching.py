@@ -281,6 +281,7 @@ def weight_matching(
     problem = Problem(a, b, spec, keys, cache)
     cost_seconds += time.perf_counter() - t0
     history = [problem.start(perm)]
+    host = {g: p.cpu().numpy() for g, p in perm.items()}  # the LAPs' copy: no read-back a solve
 
     groups = [g for g in spec.groups if g in sizes]
     version = dict.fromkeys(groups, 0)
@@ -343,7 +344,7 @@ def weight_matching(
             for g, c in zip(batch, costs):
                 warm = None
                 if accelerated and g in duals:
-                    warm = LapSolution(perm[g].cpu().numpy(), *duals[g])
+                    warm = LapSolution(host[g], *duals[g])
                 problems.append((np.negative(c), warm))
             solutions = lap.many(problems, at_once)
             for g, c, (_, prods), sol in zip(batch, costs, built, solutions):
@@ -355,10 +356,11 @@ def weight_matching(
                     else:
                         duals[g] = (sol.u, sol.v)
                 rows = np.arange(c.shape[0])
-                cur = perm[g].cpu().numpy()
+                cur = host[g]
                 old, new = float(c[rows, cur].sum()), float(c[rows, sol.perm].sum())
                 if new - old > tol * c.shape[0] * float(np.abs(c).max(initial=0.0)):
                     perm[g] = torch.as_tensor(sol.perm, device=device)
+                    host[g] = np.asarray(sol.perm, dtype=np.int64)
                     version[g] += 1
                     improved_any = True
                 solved_at[g] = {h: version[h] for h in spec.neighbors[g]}

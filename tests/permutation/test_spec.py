@@ -177,3 +177,37 @@ def test_an_input_of_the_wrong_shape_gives_the_models_own_error_prefixed():
     msg = str(err.value)
     assert msg.startswith("derive_spec: running Sequential on the example input of shape [(2, 5)]")
     assert msg.endswith("RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x5 and 4x8)")
+
+
+@pytest.mark.parametrize(
+    ("perm", "needle"),
+    [
+        ({"a": torch.tensor([0, 1, 2]), "b": torch.tensor([1, 0])}, None),
+        ({"a": torch.tensor([0, 1, 2])}, "missing groups \\['b'\\]"),
+        ({"a": torch.tensor([0, 1]), "b": torch.tensor([1, 0])}, "group 'a' has shape \\(2,\\)"),
+        ({"a": torch.tensor([0.0, 1, 2]), "b": torch.tensor([1, 0])}, "integer indices"),
+        ({"a": torch.tensor([0, 1, 2]), "b": torch.tensor([1, 2])}, "'b' has indices outside"),
+        ({"a": torch.tensor([0, 1, 2]), "b": torch.tensor([-1, 0])}, "'b' has indices outside"),
+        ({"a": torch.tensor([0, 0, 2]), "b": torch.tensor([1, 0])}, "'a' repeats an index"),
+    ],
+)
+def test_check_permutation_names_the_group_at_fault(perm, needle):
+    """All groups are checked with one read-back; a bad one is named with what is wrong."""
+    from lmc.permutation.spec import check_permutation
+
+    sizes = {"a": 3, "b": 2}
+    if needle is None:
+        check_permutation(perm, sizes)
+    else:
+        with pytest.raises(SpecError, match=needle):
+            check_permutation(perm, sizes)
+
+
+def test_check_finite_names_the_entry_and_lets_overflowing_finite_weights_pass():
+    from lmc.permutation.spec import check_finite
+
+    good = {"w": torch.ones(3), "big": torch.full((4,), 3e38), "n": torch.tensor([1, 2])}
+    check_finite(good)  # <big, big> overflows float32, yet every value is finite
+    bad = {**good, "v": torch.tensor([1.0, float("nan"), float("inf")])}
+    with pytest.raises(SpecError, match="target entry 'v' has 2 NaN/inf values"):
+        check_finite(bad, "target")
