@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lmc.studies.check import check_jobs, check_study
+from lmc.studies.check import check_job_configs, check_jobs, check_study
 from lmc.studies.execute import Runner, input_stamps, now
 from lmc.studies.executors import Handle, make_executor
 from lmc.studies.plan import Job, parse_shard, plan, shard
@@ -45,10 +45,12 @@ def load_and_plan(path: str | Path) -> tuple[Study, list[Job]]:
 
 def checked_plan(study: Study) -> list[Job]:
     """The study's jobs, after every check that needs no job to run (:func:`check_study` on
-    the configs, :func:`lmc.studies.check.check_jobs` on the planned jobs)."""
+    the configs, :func:`lmc.studies.check.check_jobs` and
+    :func:`lmc.studies.check.check_job_configs` on the planned jobs)."""
     resolved = check_study(study)
     jobs = plan(study, resolved)
     check_jobs(jobs, resolved)
+    check_job_configs(jobs, resolved)
     return jobs
 
 

@@ -211,6 +211,21 @@ BAD = {
         "evaluate stage 'merge' {'model.init_args.net.init_args.width': 4, 'seed_everything': "
         "[0, 1]}: num_models [3] must lie in [2, 2] (the models its group selects)",
     ),
+    "grid values that parse alone but not together": (
+        _bad(
+            grid={
+                WIDTH: [4],
+                "model.init_args.optimizer.class_path": ["torch.optim.SGD", "torch.optim.Adam"],
+                "model.init_args.optimizer.init_args.momentum": [0.0, 0.9],
+                "seed_everything": [0, 1],
+            },
+            evaluate=[],
+        ),
+        "2 planned job configuration(s) do not hold together (each grid value parsed on its own; "
+        "give values that go together, or split the grid):\n  stage 'train' job "
+        f'{{"{WIDTH}": 4, "model.init_args.optimizer.class_path": "torch.optim.Adam", '
+        '"model.init_args.optimizer.init_args.momentum": 0.0}: `lmc fit',
+    ),
     "unknown evaluate kind": (
         tiny_study(evaluate=[{**tiny_study()["evaluate"][0], "kind": "barier"}]),
         "unknown kind 'barier'; valid kinds: barrier, curve, merge",
