@@ -88,6 +88,23 @@ def test_every_training_config_runs_one_step(config, tmp_path, fake_data_dir):
     saved = load_yaml(run / "config.yaml")
     assert saved["model"]["class_path"] == load_yaml(config)["model"]["class_path"]
     assert saved["seed_everything"] == 0
+    # what it saved reruns (a new run, the same step) and resumes (one step more), issue 31
+    run_cli("fit", "--config", str(run / "config.yaml"))
+    [rerun] = [r for r in run_dirs(tmp_path) if r != run]
+    [again] = checkpoints(rerun)
+    again_state = load_checkpoint(again)
+    assert again_state["global_step"] == 1
+    assert all(torch.equal(v, again_state["state_dict"][k]) for k, v in state.items())
+    run_cli(
+        "fit",
+        "--config",
+        str(rerun / "config.yaml"),
+        f"--ckpt_path={rerun}",
+        "--trainer.max_steps=2",
+        "--trainer.max_epochs=2",  # the one-step run's checkpoint may close its epoch
+    )
+    resumed = max(checkpoints(rerun), key=lambda p: p.stat().st_mtime)
+    assert load_checkpoint(resumed)["global_step"] == 2
 
 
 def _fit_quick(root: Path, *extra: str) -> Path:
