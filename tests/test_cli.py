@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from lmc.data import write_fake_cifar10, write_fake_cifar100, write_fake_mnist
 from lmc.io import load_checkpoint
@@ -105,6 +106,25 @@ def test_every_training_config_runs_one_step(config, tmp_path, fake_data_dir):
     )
     resumed = max(checkpoints(rerun), key=lambda p: p.stat().st_mtime)
     assert load_checkpoint(resumed)["global_step"] == 2
+
+
+@pytest.mark.parametrize(
+    "config",
+    [p for p in SHIPPED if p not in TRAINING],
+    ids=lambda p: str(p.relative_to(CONFIGS)),
+)
+def test_every_other_config_saves_a_config_that_parses_back(config, tmp_path):
+    """Merge, curve and barrier configs need trained endpoints to run; what `lmc` would save of
+    them (the parsed config, dumped as the run's config.yaml is) parses back to the same config."""
+    from lmc.cli.app import _unpin_logger_dirs
+    from lmc.io import drop_unserializable
+    from lmc.studies.check import resolve_config
+
+    first = resolve_config(["fit", "-c", str(config)])
+    saved = tmp_path / "config.yaml"
+    saved.write_text(_unpin_logger_dirs(yaml.safe_dump(first, sort_keys=False)))
+    again = resolve_config(["fit", "--config", str(saved)])
+    assert drop_unserializable(again) == drop_unserializable(first)
 
 
 def _fit_quick(root: Path, *extra: str) -> Path:
