@@ -27,8 +27,10 @@ from lmc.studies.store import PLAN_FILE, STUDY_FILE, study_folder
 REPORT_DIR = "report"
 _NO_FIGURE = "No figure (none declared under figures: in the study file, or no job done)."
 _SUMMARY_NOTE = (
-    "n: finite values in the mean; n_nonfinite: NaN/inf values excluded; ci: 95 % t-interval; "
-    "n_failed / n_missing: jobs of the cell not done."
+    "One table per stage, rows grouped by metric, the stage's coordinates as columns. n: finite "
+    "values in the mean; ci: 95 % t-interval; shown where a stage has any: n_nonfinite (NaN/inf "
+    "values excluded), n_failed / n_missing (jobs of the cell not done). Every row and column: "
+    "tables/summary.csv."
 )
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1100px;margin:2em auto;
@@ -197,6 +199,32 @@ def shown_summary(summary: pd.DataFrame) -> pd.DataFrame:
     return summary[~drop].reset_index(drop=True)
 
 
+#: the counts a person needs only when some cell has one (the CSV keeps them all)
+_COUNTS = ("n_nonfinite", "n_failed", "n_missing")
+
+
+def summary_sections(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The shown summary as one table per stage, laid out to fit a laptop screen: rows grouped
+    by metric, the stage's own coordinates as columns (the keys its jobs vary; a key none of
+    them has is left out), and the counts of excluded, failed or missing values only where
+    that stage has any."""
+    from lmc.studies.aggregate import STAT_COLUMNS
+
+    if summary.empty:
+        return []
+    stats = [c for c in ("metric", *STAT_COLUMNS, *_COUNTS) if c in summary]
+    sections = []
+    for stage, part in summary.groupby("stage", sort=False):
+        coords = [c for c in part.columns if c not in (*stats, "stage")]
+        coords = [c for c in coords if part[c].notna().any()]
+        shown = [c for c in stats if c not in _COUNTS or (part[c] > 0).any()]
+        order = {m: i for i, m in enumerate(dict.fromkeys(part.metric))}
+        table = part.assign(_m=part.metric.map(order)).sort_values(["_m", *coords], kind="stable")
+        table = table[["metric", *coords, *[c for c in shown if c != "metric"]]]
+        sections.append((str(stage), table.reset_index(drop=True)))
+    return sections
+
+
 def undefined_left_out(summary: pd.DataFrame) -> pd.DataFrame:
     """The summary without the metrics that no job of their stage gives a finite value (the
     accuracy of a regression, a barrier normalised by a zero chord): undefined by design, not a
@@ -344,7 +372,11 @@ def _write_html(path: Path, c: _Content, tables: dict[str, Path]) -> None:
             f"<figcaption>{html.escape(_caption(fig))}</figcaption></figure>"
         )
     parts.append(f"<h2>Summary over seeds</h2><p class='note'>{_SUMMARY_NOTE}</p>")
-    parts.append(_html_table(c.summary, "summary"))
+    for stage, table in summary_sections(c.summary):
+        parts.append(f"<h3>Stage {html.escape(stage)}</h3>")
+        parts.append(_html_table(table, f"summary:{stage}"))
+    if c.summary.empty:
+        parts.append("<p>No metric yet.</p>")
     parts.append("<h2>Failed jobs</h2>")
     parts.append(_html_table(c.failed, "failed") if not c.failed.empty else "<p>None.</p>")
     parts.append("<h2>Wall time per stage</h2>" + _html_table(c.times, "stages"))
@@ -370,7 +402,11 @@ def _write_md(path: Path, c: _Content, out: Path) -> None:
         )
     if not c.figures:
         lines.append(f"_{_NO_FIGURE}_\n")
-    lines += ["## Summary over seeds\n", _SUMMARY_NOTE + "\n", _md_table(c.summary)]
+    lines += ["## Summary over seeds\n", _SUMMARY_NOTE + "\n"]
+    for stage, table in summary_sections(c.summary):
+        lines += [f"### Stage {stage}\n", _md_table(table)]
+    if c.summary.empty:
+        lines.append("_(none)_\n")
     lines += ["## Failed jobs\n", _md_table(c.failed) if not c.failed.empty else "None.\n"]
     lines += ["## Wall time per stage\n", _md_table(c.times)]
     lines += ["## Grid\n", _md_table(c.grid)]

@@ -10,12 +10,13 @@ import re
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
 from lmc.cli import main
 from lmc.studies import StudyError
-from lmc.studies.report import write_report
+from lmc.studies.report import shown_summary, summary_sections, write_report
 from tests.studies.conftest import WIDTH, copy_run
 
 FIGURES = [
@@ -76,9 +77,18 @@ def test_report_has_every_figure_table_and_the_study(tiny_run, tmp_path):
     assert "src=" not in text.replace("<svg", "")  # nothing loaded from elsewhere
     assert yaml.safe_load((out / "study.yaml").read_text())["name"] == "tiny"
     assert "name: tiny" in text  # the study file, verbatim
-    # the summary over seeds: per stage and cell, one row per metric
-    summary = re.search(r"<table data-name='summary' data-rows='(\d+)'", text)
-    assert summary and int(summary.group(1)) > 0
+    # the summary over seeds: one table per stage, rows grouped by metric, the stage's own
+    # coordinates as columns, no column that is empty there (issue 31 item 7)
+    tables = dict(re.findall(r"<table data-name='summary:(\w+)' data-rows='(\d+)'", text))
+    assert set(tables) == {"train", "barrier"} and all(int(n) > 0 for n in tables.values())
+    barrier = text.split("data-name='summary:barrier'")[1].split("</thead>")[0]
+    heads = re.findall(r"<th class='l'>([^<]+)</th>", barrier)
+    assert heads[:3] == ["metric", "model.init_args.net.init_args.width", "n"], heads
+    assert "stage" not in heads and "n_failed" not in heads and "seed_everything" not in heads
+    csv = pd.read_csv(out / "report" / "tables" / "summary.csv")
+    metrics = list(dict(summary_sections(shown_summary(csv)))["barrier"].metric)
+    runs = [m for i, m in enumerate(metrics) if i == 0 or metrics[i - 1] != m]
+    assert len(runs) == len(set(metrics)) > 1  # each metric's rows together
     assert "<h2>Failed jobs</h2>\n<p>None.</p>" in text
     md = report.markdown.read_text()
     for fig in report.figures:
@@ -178,16 +188,17 @@ def test_report_renders_in_a_real_browser(tiny_run, tmp_path):
             page.goto(page_url, wait_until="load", timeout=60_000)
             boxes = [svg.bounding_box() for svg in page.query_selector_all("figure svg")]
             rows = page.eval_on_selector(
-                "table[data-name='summary']", "t => t.tBodies[0].rows.length"
+                "table[data-name='summary:barrier']", "t => t.tBodies[0].rows.length"
             )
-            declared = int(page.get_attribute("table[data-name='summary']", "data-rows"))
+            declared = int(page.get_attribute("table[data-name='summary:barrier']", "data-rows"))
             grid_rows = page.eval_on_selector(
                 "table[data-name='grid']", "t => t.tBodies[0].rows.length"
             )
             # issue 31: wide tables were cut at 1280 px; now the page keeps the window's width
             # and a table wider than its box scrolls inside it
             page.eval_on_selector(  # a cell far wider than the window, as 003_width's were
-                "table[data-name='summary'] td", "td => { td.textContent = 'x'.repeat(600) }"
+                "table[data-name='summary:barrier'] td",
+                "td => { td.textContent = 'x'.repeat(600) }",
             )
             page_width = page.evaluate("document.documentElement.scrollWidth")
             boxes_fit = page.eval_on_selector_all(
