@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from torch import Tensor
 
 
@@ -311,3 +312,21 @@ def drop_unserializable(cfg: Any) -> Any:
     if isinstance(cfg, list):
         return [drop_unserializable(v) for v in cfg]
     return cfg
+
+
+def config_to_save(text: str) -> str:
+    """A run's ``config.yaml`` from the parser's dump ``text``: the loggers' ``save_dir`` that the
+    CLI derived from the trainer's ``default_root_dir`` set back to ``null``, so a rerun from the
+    saved config follows its own ``--trainer.default_root_dir``; values that could not be
+    written (class defaults) left out (:func:`drop_unserializable`)."""
+    cfg = drop_unserializable(yaml.safe_load(text))
+    trainer = cfg.get("trainer") or {}
+    root = str(Path(trainer.get("default_root_dir") or "runs"))
+    loggers = trainer.get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        init = logger.get("init_args") if isinstance(logger, dict) else None
+        if isinstance(init, dict) and init.get("save_dir") == root:
+            init["save_dir"] = None
+        if isinstance(init, dict) and init.get("id") is not None and init.get("resume"):
+            init["id"] = init["resume"] = None  # never write into the resumed run again
+    return yaml.safe_dump(cfg, sort_keys=False)

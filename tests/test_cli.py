@@ -116,13 +116,12 @@ def test_every_training_config_runs_one_step(config, tmp_path, fake_data_dir):
 def test_every_other_config_saves_a_config_that_parses_back(config, tmp_path):
     """Merge, curve and barrier configs need trained endpoints to run; what `lmc` would save of
     them (the parsed config, dumped as the run's config.yaml is) parses back to the same config."""
-    from lmc.cli.app import _unpin_logger_dirs
-    from lmc.io import drop_unserializable
+    from lmc.io import config_to_save, drop_unserializable
     from lmc.studies.check import resolve_config
 
     first = resolve_config(["fit", "-c", str(config)])
     saved = tmp_path / "config.yaml"
-    saved.write_text(_unpin_logger_dirs(yaml.safe_dump(first, sort_keys=False)))
+    saved.write_text(config_to_save(yaml.safe_dump(first, sort_keys=False)))
     again = resolve_config(["fit", "--config", str(saved)])
     assert drop_unserializable(again) == drop_unserializable(first)
 
@@ -378,7 +377,7 @@ def test_product_tips_are_silenced_and_run_information_is_kept(caplog, monkeypat
 
     from lightning.pytorch.utilities import rank_zero_info
 
-    from lmc.cli.errors import quiet_third_party
+    from lmc.engine.errors import quiet_third_party
 
     monkeypatch.delenv("WANDB_SILENT", raising=False)
     quiet_third_party()

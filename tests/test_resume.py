@@ -137,7 +137,7 @@ def test_the_csv_overlay_follows_the_root(data, tmp_path):
 
 
 def test_a_full_disk_while_checkpointing_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
-    from lmc.tasks.resume import AtomicCheckpointIO
+    from lmc.engine.resume import AtomicCheckpointIO
 
     io, path = AtomicCheckpointIO(), tmp_path / "checkpoints" / "last.ckpt"
     io.save_checkpoint({"epoch": 0, "w": torch.ones(3)}, path)

@@ -31,7 +31,7 @@ from torch.utils.data import TensorDataset
 
 from lmc.data.base import BaseDataModule, epoch_order
 from lmc.data.memory import InMemoryImageDataset
-from lmc.io import atomic_write, load_state
+from lmc.io import atomic_write, config_to_save, load_state
 from lmc.loggers import WandbLogger as LmcWandbLogger
 from lmc.population.train import Population, train_population
 from lmc.population.vectorize import (
@@ -476,9 +476,7 @@ class PopulationFit:
 
     # --- output ------------------------------------------------------------------------------
     def _dump(self, cfg: Any) -> str:
-        from lmc.cli.app import _unpin_logger_dirs
-
-        return _unpin_logger_dirs(self.cli._parser(self.sub).dump(cfg, skip_none=False))
+        return config_to_save(self.cli._parser(self.sub).dump(cfg, skip_none=False))
 
     def _write_config(self, path: Path, cfg: Any) -> None:
         text = self._dump(cfg)

@@ -1,19 +1,17 @@
-"""Check a study against its base configs by parsing them with the ``lmc`` CLI's own parser
-(nothing instantiated, nothing run): every grid key must be a key of the resolved base config,
-and every grid value must parse. The only module of :mod:`lmc.studies` that imports the CLI."""
+"""Check a study against its base configs by parsing them with the engine's own parser
+(:mod:`lmc.engine.parse`: nothing instantiated, nothing run): every grid key must be a key of
+the resolved base config, every grid value must parse, and so must every planned job's own
+configuration."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from lmc.engine.parse import ConfigError
+from lmc.engine.parse import resolve_config as _parse
 from lmc.studies.schema import Study, StudyError
 
 
@@ -22,66 +20,16 @@ def cli_value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _parse_only_cli() -> type:
-    from lmc.cli import LMCCLI
-
-    class ParseOnlyCLI(LMCCLI):
-        """Parse and check the arguments, then stop: no seed, no classes, no run."""
-
-        def _parse_ckpt_path(self) -> None:
-            pass
-
-        def _set_seed(self) -> None:
-            pass
-
-        def before_instantiate_classes(self) -> None:
-            pass
-
-        def instantiate_classes(self) -> None:
-            pass
-
-        def after_instantiate_classes(self) -> None:
-            pass
-
-        def _run_subcommand(self, subcommand: str) -> None:
-            pass
-
-    return ParseOnlyCLI
-
-
 def resolve_config(args: Sequence[str]) -> dict[str, Any]:
-    """The resolved config of ``lmc <args>`` (e.g. ``["fit", "-c", base]``) as a plain dict.
+    """The resolved config of ``lmc <args>`` (:func:`lmc.engine.parse.resolve_config`).
 
     Raises:
         StudyError: the arguments do not parse; the message is the parser's.
     """
-    return _resolve(tuple(args))
-
-
-_PARSER: list[Any] = []  # the parse-only CLI, built once: a parse is then ~3x cheaper
-
-
-@lru_cache(maxsize=256)
-def _resolve(args: tuple[str, ...]) -> dict[str, Any]:
-    from lmc.cli import cli_kwargs
-
-    err_text = io.StringIO()
     try:
-        with contextlib.redirect_stderr(err_text):
-            if _PARSER:
-                cli = _PARSER[0]
-                cli.parse_arguments(cli.parser, list(args))
-            else:
-                cli = _parse_only_cli()(**cli_kwargs(), args=list(args), run=True)
-                _PARSER.append(cli)
-    except SystemExit:  # jsonargparse exits on a parse error, message on stderr
-        lines = [ln for ln in err_text.getvalue().splitlines() if ln.startswith("lmc: error:")]
-        detail = lines[0][len("lmc: error:") :].strip() if lines else err_text.getvalue().strip()
-        raise StudyError(f"`lmc {' '.join(args)}` does not parse: {detail}") from None
-    except Exception as err:
-        raise StudyError(f"`lmc {' '.join(args)}` does not parse: {err}") from err
-    sub = args[0]
-    return yaml.safe_load(cli._parser(sub).dump(cli.config[sub], skip_none=False))
+        return _parse(args)
+    except ConfigError as err:
+        raise StudyError(str(err)) from None
 
 
 def check_names(resolved: Mapping[str, Any], where: str) -> None:

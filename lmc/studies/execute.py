@@ -33,8 +33,8 @@ def now() -> str:
 
 
 def lmc_runner(args: list[str]) -> None:
-    """Run ``lmc <args>`` in this process."""
-    from lmc.cli import main
+    """Run ``lmc <args>`` (a ``fit`` or ``validate`` job) in this process."""
+    from lmc.engine.app import main
 
     main(args)
 

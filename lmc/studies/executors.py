@@ -124,7 +124,7 @@ def _warm_worker(slots: Any, threads: int, gpus: int, study: tuple[int, str | No
     import torch
 
     torch.set_num_threads(threads)
-    import lmc.cli.app  # noqa: F401  (lightning, torchmetrics, torchvision: seconds, paid once)
+    import lmc.engine.app  # noqa: F401  (lightning, torchmetrics, torchvision: seconds, paid once)
 
 
 def _gpu_count() -> int:
@@ -149,7 +149,7 @@ class LocalPool:
     def __init__(self, workers: int) -> None:
         if "forkserver" in mp.get_all_start_methods():
             context = mp.get_context("forkserver")
-            context.set_forkserver_preload(["lmc.cli.app"])
+            context.set_forkserver_preload(["lmc.engine.app"])
             from multiprocessing import forkserver
 
             forkserver.ensure_running()

@@ -82,7 +82,7 @@ class CurveTask(L.LightningModule):
     """
 
     # Flat keys before the options were grouped (old key -> new key under model.init_args);
-    # lmc.cli names the new key when a config still uses an old one.
+    # lmc.engine.moved names the new key when a config still uses an old one.
     moved_keys: ClassVar[dict[str, str]] = {
         "order": "curve.order",
         "curve": "curve.kind",

@@ -11,9 +11,9 @@ import pytest
 import torch
 import yaml
 
-from lmc.cli.app import build_cli
 from lmc.data import write_fake_mnist
 from lmc.data.base import EpochShuffle
+from lmc.engine.app import build_cli
 from lmc.io import load_checkpoint, model_state_dict, spawn_point
 from lmc.population.fit import member_orders
 from tests.helpers import (

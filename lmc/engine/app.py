@@ -20,10 +20,9 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 
-from lmc.cli.errors import LMCArgumentParser, condensed_error, quiet_third_party
-from lmc.cli.moved import moved_keys_error
-from lmc.io import atomic_write, drop_unserializable, load_checkpoint
-from lmc.tasks.resume import (
+from lmc.engine.errors import LMCArgumentParser, condensed_error, quiet_third_party
+from lmc.engine.moved import moved_keys_error
+from lmc.engine.resume import (
     AtomicCheckpointIO,
     RandomStateCheckpoint,
     SpawnPoints,
@@ -32,25 +31,8 @@ from lmc.tasks.resume import (
     run_of_config,
     same_experiment,
 )
+from lmc.io import atomic_write, config_to_save, drop_unserializable, load_checkpoint
 from lmc.tasks.rundir import run_dir
-
-
-def _unpin_logger_dirs(text: str) -> str:
-    """The dumped config with the loggers' ``save_dir`` that the CLI derived from the trainer's
-    ``default_root_dir`` set back to ``null``, so a rerun from the saved config follows its own
-    ``--trainer.default_root_dir``; values that could not be written (class defaults) left out
-    (:func:`drop_unserializable`)."""
-    cfg = drop_unserializable(yaml.safe_load(text))
-    trainer = cfg.get("trainer") or {}
-    root = str(Path(trainer.get("default_root_dir") or "runs"))
-    loggers = trainer.get("logger")
-    for logger in loggers if isinstance(loggers, list) else [loggers]:
-        init = logger.get("init_args") if isinstance(logger, dict) else None
-        if isinstance(init, dict) and init.get("save_dir") == root:
-            init["save_dir"] = None
-        if isinstance(init, dict) and init.get("id") is not None and init.get("resume"):
-            init["id"] = init["resume"] = None  # never write into the resumed run again
-    return yaml.safe_dump(cfg, sort_keys=False)
 
 
 class RunConfigSaver(SaveConfigCallback):
@@ -63,7 +45,7 @@ class RunConfigSaver(SaveConfigCallback):
         path = run_dir(trainer) / self.config_filename
         if trainer.is_global_zero and not path.exists():  # a resumed run keeps its config
             text = self.parser.dump(self.config, skip_none=False)
-            atomic_write(path, lambda f: f.write(_unpin_logger_dirs(text)), mode="w")
+            atomic_write(path, lambda f: f.write(config_to_save(text)), mode="w")
             self.save_config(trainer, pl_module, stage)
         self.already_saved = True
         self.already_saved = trainer.strategy.broadcast(self.already_saved)

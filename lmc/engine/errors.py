@@ -48,7 +48,7 @@ def owner_class_path(args: list[str], option: str) -> str | None:
     ``option`` in ``args``: the last ``--<path>.init_args.<option>`` on the command line, else
     the last config file's ``<path>: {init_args: {<option>: ...}}``; its class is the last one
     given at ``<path>`` (the config files, then ``--<path>=`` / ``--<path>.class_path=``)."""
-    from lmc.cli.moved import _load  # the CLI's own reading of configs and inline YAML
+    from lmc.engine.moved import _load  # the CLI's own reading of configs and inline YAML
 
     configs: list[Any] = []
     owner_path: list[str] | None = None
@@ -137,7 +137,7 @@ class LMCArgumentParser(LightningArgumentParser):
             first = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
             subcommands = [first] if first in commands else []
         prog = " ".join(["lmc", *subcommands])  # nested parsers may carry another program name
-        from lmc.cli.moved import _model_class_path
+        from lmc.engine.moved import _model_class_path
 
         argv = sys.argv[1:]
         detail = condensed_error(message, _model_class_path(argv), argv)

@@ -1,0 +1,51 @@
+"""The house's floors (issue 32): the command line on top of the studies on top of the engine
+on top of populations and everything else; no module imports a floor above its own, inside a
+function or not, so there is no import circle through them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import lmc
+
+ROOT = Path(lmc.__file__).parent
+#: a package's floor; every other package of lmc is on floor 0
+FLOORS = {"cli": 4, "__main__": 4, "studies": 3, "engine": 2, "population": 1}
+
+
+def _floor(module: str) -> int:
+    parts = module.split(".")
+    return FLOORS.get(parts[1], 0) if len(parts) > 1 else 0
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` of every ``lmc`` import in ``path``, at any depth."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("lmc")]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "lmc":  # from lmc import cli
+                found += [(node.lineno, f"lmc.{a.name}") for a in node.names]
+            elif node.module.startswith("lmc."):
+                found.append((node.lineno, node.module))
+    return found
+
+
+def test_no_module_imports_a_floor_above_its_own():
+    wrong = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = "lmc." + ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for line, imported in _imports(path):
+            if _floor(imported) > _floor(module):
+                wrong.append(f"{path.relative_to(ROOT.parent)}:{line} imports {imported}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_check_sees_a_violation(tmp_path):
+    """The scan finds imports inside functions, as the old ones from the studies were."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from lmc.cli import main\n    import lmc.studies.run\n")
+    assert _imports(bad) == [(2, "lmc.cli"), (3, "lmc.studies.run")]
+    assert _floor("lmc.cli") > _floor("lmc.studies.run") > _floor("lmc.engine.app")
