@@ -27,6 +27,10 @@ class LinePlot:
     lines: Sequence[tuple[str, str, str]]
 
 
+#: the record detail naming the prefix its summary was logged under (``{prefix}/{key}``)
+LOGGED_AS = "logged_as"
+
+
 def run_config(trainer: L.Trainer, out: Path) -> dict[str, Any]:
     """The run's config for a record: ``file`` (``config.yaml`` when the run directory ``out``
     holds one, else ``None``) and ``hparams`` (the module's hyper-parameters as plain data)."""
@@ -83,9 +87,12 @@ def publish(
     on a :class:`WandbLogger` also the record's tables and ``tables`` (W&B-only views, such as
     the long format of the series) as ``{prefix}/{name}``, the figures as
     ``{prefix}/{name}`` images, the ``plots`` and the summary numbers in ``run.summary``.
-    Call it on global rank zero only.
+    The record notes ``prefix`` as its detail ``logged_as``, so a study's W&B Report asks for
+    the keys the task logged (``fusion/fused/test/acc``, not a stage kind's guess). Call it on
+    global rank zero only.
     """
     out.mkdir(parents=True, exist_ok=True)
+    record.details[LOGGED_AS] = prefix  # what reads the record back finds the logged keys
     write_record(out, record)
     figures = {name: draw[name](out / record.figures[name]) for name in record.figures}
     rows = step_rows(record, prefix, steps) if steps else []

@@ -148,17 +148,42 @@ def _coordinate(key: str, kind: str) -> dict[str, str]:
     return {"config": f"{STUDY_CONFIG}.coordinates.{key}"}
 
 
-def _metric(name: str, kind: str) -> dict[str, str]:
-    """The W&B summary key of the study metric ``name`` of a stage of ``kind``."""
-    prefix = EVALUATE_PREFIX.get(kind)
+def _metric(name: str, kind: str, prefix: str | None = None) -> dict[str, str]:
+    """The W&B summary key of the study metric ``name`` of a stage of ``kind``: under the
+    ``prefix`` its jobs logged it (read from their run records), else the kind's own."""
+    prefix = prefix or EVALUATE_PREFIX.get(kind)
     return {"summary": f"{prefix}/{name}" if prefix else name}
+
+
+def _logged_prefixes(store: StudyStore, jobs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Stage -> the prefix its done jobs' tasks logged their summaries under (the detail
+    ``logged_as`` of the run record, :func:`lmc.results.logging.publish`); one job a stage."""
+    from lmc.results import RecordError, read_record
+    from lmc.results.logging import LOGGED_AS
+
+    found: dict[str, str] = {}
+    for job in jobs:
+        if job["stage"] in found or job["stage"] == TRAIN_STAGE or not store.is_done(job):
+            continue
+        run = store.run_dir(job)
+        if not (run / "summary.json").is_file():
+            continue
+        try:
+            prefix = read_record(run).details.get(LOGGED_AS)
+        except (RecordError, OSError, ValueError):
+            continue
+        if isinstance(prefix, str) and prefix:
+            found[job["stage"]] = prefix
+    return found
 
 
 def _figure_dict(fig: Any) -> dict[str, Any]:
     return {f: _plain(getattr(fig, f, None)) for f in _FIGURE_FIELDS}
 
 
-def _panel(fig: Any, kinds: dict[str, str], stages: list[str]) -> dict[str, Any]:
+def _panel(
+    fig: Any, kinds: dict[str, str], stages: list[str], logged: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The spec entry of one figure: its W&B panel kind, axes (``{"config": key}`` or
     ``{"summary": key}``) and the notes on what W&B cannot show of it."""
     name, kind, stage = fig.name, fig.kind, fig.stage
@@ -168,6 +193,7 @@ def _panel(fig: Any, kinds: dict[str, str], stages: list[str]) -> dict[str, Any]
             f"{', '.join(stages)}"
         )
     skind = kinds.get(stage, "")
+    logged_as = (logged or {}).get(stage)
     ys = [str(y) for y in fig.y]
     title = fig.title or name
     xlabel = fig.xlabel or fig.x
@@ -190,7 +216,7 @@ def _panel(fig: Any, kinds: dict[str, str], stages: list[str]) -> dict[str, Any]
     }
     if kind in ("line", "bar", "heatmap"):
         entry["x"] = _coordinate(fig.x, skind)
-        entry["y"] = [_metric(y, skind) for y in ys]
+        entry["y"] = [_metric(y, skind, logged_as) for y in ys]
     if kind == "line":
         entry["panel"] = "ScatterPlot"
         notes.append(
@@ -205,8 +231,8 @@ def _panel(fig: Any, kinds: dict[str, str], stages: list[str]) -> dict[str, Any]
         )
     elif kind == "scatter":
         entry["panel"] = "ScatterPlot"
-        entry["x"] = _metric(fig.x, skind)
-        entry["y"] = [_metric(ys[0], skind)]
+        entry["x"] = _metric(fig.x, skind, logged_as)
+        entry["y"] = [_metric(ys[0], skind, logged_as)]
         notes.append(f"{ys[0]} against {fig.x}: one point per run of stage {stage!r}")
         if fig.fit:
             notes.append(f"the {fig.fit} fit (a, b, R^2) is not drawn here; report.html has it")
@@ -218,7 +244,7 @@ def _panel(fig: Any, kinds: dict[str, str], stages: list[str]) -> dict[str, Any]
             f"(columns) as parallel coordinates of the runs of stage {stage!r}"
         )
     elif kind == "curve":
-        prefix = EVALUATE_PREFIX.get(skind)
+        prefix = logged_as or EVALUATE_PREFIX.get(skind)
         entry["panel"] = "MediaBrowser" if prefix else "MarkdownBlock"
         entry["media"] = [f"{prefix}/figure"] if prefix else []
         notes.append(
@@ -292,7 +318,8 @@ def report_spec(
         stage_keys += [k for k in job["coordinates"] if k not in stage_keys]
     stages = list(jobs)
     kinds = _stage_kinds(text)
-    panels = [_panel(fig, kinds, stages) for fig in figures]
+    logged = _logged_prefixes(store, plan["jobs"])
+    panels = [_panel(fig, kinds, stages, logged) for fig in figures]
     tables = [_table(n, rows) for n, rows in (summary_tables or {}).items()]
     counts = ", ".join(f"{s}: {c['done']} of {c['planned']} done" for s, c in jobs.items())
     description = (

@@ -222,3 +222,5 @@ def test_fusion_configs_run_and_write_the_record(name, tmp_path):
     record = json.loads(summary.read_text())
     assert record["kind"] == "fusion"
     assert 0.0 <= record["summary"]["fused/test/acc"] <= 1.0
+    # the prefix its summary was logged under, which a study's W&B Report reads (issue 32)
+    assert record["logged_as"] == "fusion"

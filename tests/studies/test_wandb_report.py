@@ -133,6 +133,26 @@ def test_evaluate_prefixes_are_the_tasks_logging_prefixes():
     }
 
 
+def test_panels_ask_for_the_keys_the_stage_s_tasks_logged(tiny_run, tmp_path):
+    """A stage's metrics are asked for under the prefix its jobs' run records say they were
+    logged under (the fusion tasks log ``fusion/...`` in a merge stage, whose kind's own prefix
+    is ``merge``: the 000_fusion Report's panels were empty)."""
+    from tests.studies.conftest import copy_run
+
+    out = copy_run(tiny_run, tmp_path)
+    for summary in (out / "jobs" / "barrier").rglob("summary.json"):
+        record = json.loads(summary.read_text())
+        assert record["logged_as"] == "interp"  # what log_study wrote
+        summary.write_text(json.dumps({**record, "logged_as": "fusion"}))
+    spec = wbr.report_spec(out, FIGURES, TABLES)
+    assert _panel(spec, "barrier_vs_width")["y"] == [
+        {"summary": "fusion/barrier_loss_matched"},
+        {"summary": "fusion/barrier_loss_naive"},
+    ]
+    assert _panel(spec, "paths")["media"] == ["fusion/figure"]
+    assert _panel(spec, "loss_by_width")["y"] == [{"summary": "test/loss"}]  # train: no prefix
+
+
 def test_spec_refuses_a_figure_of_a_stage_without_jobs_and_a_non_study_folder(tiny_run, tmp_path):
     bad = FigureSpec("f", "line", "merge", ("x",), x=WIDTH)
     with pytest.raises(StudyError, match=r"figure 'f': stage 'merge'.*stages: train, barrier"):
