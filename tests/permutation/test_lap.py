@@ -233,3 +233,21 @@ def test_cache_dir_from_environment_is_used(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert list(tmp_path.rglob("*.nbi")), "no numba cache index written"
+
+
+@pytest.mark.parametrize("name", available_solvers())
+def test_every_registered_solver_is_exact_and_its_duals_certify_it(name):
+    """Every registered LAP solver (and alias): the optimum of scipy on random costs; a solver
+    registered as returning duals returns feasible, complementary ones (004 eq. 3-4)."""
+    fn, returns_duals = get_solver(name)
+    rng = np.random.default_rng(7)
+    for n in (1, 5, 40):
+        cost = rng.standard_normal((n, n))
+        sol = fn(cost)
+        rows, cols = linear_sum_assignment(cost)
+        assert sorted(sol.perm) == list(range(n))
+        assert cost[np.arange(n), sol.perm].sum() == pytest.approx(cost[rows, cols].sum())
+        if returns_duals:
+            reduced = cost - sol.u[:, None] - sol.v[None, :]
+            assert reduced.min() >= -1e-9
+            assert np.abs(reduced[np.arange(n), sol.perm]).max() <= 1e-9

@@ -30,8 +30,9 @@ def _pair():
     return model, data, spec, state, apply_permutation(state, spec, perm)
 
 
-@pytest.mark.parametrize("name", ["weight", "activation", "correlation"])
+@pytest.mark.parametrize("name", [n for n in MATCHERS.names() if n != "none"])
 def test_every_data_or_weight_matcher_recovers_a_permuted_copy(name):
+    """Every registered matcher (but the identity): a new one is tested by registering it."""
     model, data, spec, state, permuted = _pair()
     loader = [(x, torch.zeros(len(x), dtype=torch.long)) for x in data]
     result = match(name, model, [state, permuted], spec, batches=loader)
@@ -69,6 +70,34 @@ def test_a_registered_matcher_is_used_by_name_in_a_study(monkeypatch):
     result = interpolation_study(model, [state, state], splits, matcher="my_matcher", num_alphas=3)
     assert calls == [2]
     assert result.summary["barrier_loss_matched"] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("name", MERGE_METHODS.names())
+def test_every_merge_method_keeps_the_contract(name):
+    """Every registered merge method: one valid permutation per model, identity for n copies of
+    one model, and (all but ``naive``, which does not align) n permuted copies merged back into
+    the model's function."""
+    from lmc.permutation.spec import check_permutation
+
+    model, data, spec, state, _ = _pair()
+    sizes = spec.sizes(state)
+    copies = [state] + [
+        apply_permutation(state, spec, random_permutation(sizes, s)) for s in (4, 5)
+    ]
+    method = MERGE_METHODS.get(name)
+    for states in ([state] * 3, copies):
+        perms = method(states, spec)
+        assert len(perms) == 3
+        for p in perms:
+            check_permutation(p, sizes)
+        if name == "naive" and states is copies:
+            continue
+        aligned = [apply_permutation(s, spec, p) for s, p in zip(states, perms)]
+        merged = MLP(20, 5, width=12, depth=2)
+        merged.load_state_dict({k: sum(a[k] for a in aligned) / 3 for k in state})
+        x = torch.cat(data)
+        with torch.no_grad():
+            torch.testing.assert_close(merged(x), model(x), atol=1e-5, rtol=1e-5)
 
 
 def test_merge_method_registry_names_and_a_new_method():
