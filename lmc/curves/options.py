@@ -31,7 +31,8 @@ from lmc.curves.evaluate import BNData, BNMode
 
 # The splits a task caches (``train`` is the alignment subset; lmc.tasks.base.Split).
 EvalSplit = Literal["train", "val", "test"]
-AlignmentMethod = Literal["none", "correlation"]
+#: a name of the matcher registry (lmc.permutation.MATCHERS): ``none``, ``correlation``, ...
+AlignmentMethod = str
 PlaneKind = Literal["none", "alignment", "curve"]
 
 T = TypeVar("T")
@@ -75,9 +76,10 @@ class AlignmentOptions:
     """How the second endpoint is aligned to the first before the curve starts (002 Alg. 1).
 
     Args:
-        method: ``correlation`` (matcher of the same name, 002 App. D, on the alignment subset)
-            or ``none``. Required whenever the group is given, so that a partial group never
-            silently changes a task's default.
+        method: a registered matcher (:data:`lmc.permutation.MATCHERS`) run on the alignment
+            subset: ``correlation`` (002 App. D), ``none``, or any other (``weight``,
+            ``activation``, one registered by a user). Required whenever the group is given,
+            so that a partial group never silently changes a task's default.
         batches: batches of the alignment subset used for matching (``None``: all).
     """
 
@@ -85,7 +87,9 @@ class AlignmentOptions:
     batches: int | None = None
 
     def __post_init__(self) -> None:
-        _check_choice("alignment.method", self.method, ("none", "correlation"))
+        from lmc.permutation.matchers import MATCHERS
+
+        MATCHERS.check(self.method, "alignment.method")
 
 
 @dataclass(frozen=True)

@@ -171,31 +171,38 @@ class CurveTask(L.LightningModule):
         return self.spec.resolve(dm, self.device)
 
     # alignment ---------------------------------------------------------------------------
-    def _correlation_perm(self, batches: list) -> tuple[dict[str, Tensor], dict[str, float]]:
-        """The ``correlation`` matcher's permutation of ``theta_2`` to ``theta_1`` on ``batches``
-        (002 Alg. 1) and its mean matched correlation before and after."""
+    def _matcher_perm(
+        self, batches: list, method: str
+    ) -> tuple[dict[str, Tensor], dict[str, float]]:
+        """The registered matcher ``method``'s permutation of ``theta_2`` to ``theta_1`` on
+        ``batches`` (002 Alg. 1: ``correlation``) and its diagnostics."""
         with torch.inference_mode(False):
-            result = match("correlation", self.net, self.states, self._spec(), batches=batches)
+            result = match(method, self.net, self.states, self._spec(), batches=batches)
         return result.perms[1], result.info
 
     def _ensure_aligned(self) -> None:
-        """Correlation-align ``theta_2`` to ``theta_1`` once (kept in the checkpoint)."""
+        """Align ``theta_2`` to ``theta_1`` once with the alignment matcher (kept in the
+        checkpoint)."""
         if bool(self.aligned):
             return
+        method = self.align_opts.method
         with torch.inference_mode(False):
             batches = self._train_subset(self.align_opts.batches)
-        perm, info = self._correlation_perm(batches)
+        perm, info = self._matcher_perm(batches, method)
         self.align_perm = perm
         self.curve.set_end_(apply_permutation(self.states[1], self._spec(), perm))
         self.aligned.fill_(True)
-        self.align_info = {
-            "align_corr_before": info["similarity_before"],
-            "align_corr_after": info["similarity_after"],
-        }
-        rank_zero_info(
-            f"correlation alignment: mean matched correlation {self.align_info['align_corr_before']:.3f}"
-            f" -> {self.align_info['align_corr_after']:.3f}"
-        )
+        self.align_info = {}
+        if "similarity_before" in info:  # a correlation-type matcher: the matched correlation
+            self.align_info = {
+                "align_corr_before": info["similarity_before"],
+                "align_corr_after": info["similarity_after"],
+            }
+            rank_zero_info(
+                f"{method} alignment: mean matched correlation "
+                f"{self.align_info['align_corr_before']:.3f} -> "
+                f"{self.align_info['align_corr_after']:.3f}"
+            )
 
     def on_fit_start(self) -> None:
         self._ensure_aligned()
@@ -328,7 +335,7 @@ class CurveTask(L.LightningModule):
             a, b = end, curve.unflatten(points[len(points) // 2])
             names = ("theta_1", "theta_2", "control")
         elif self.align_opts.method == "none":  # the plane of 002 Fig. 3 needs P theta_2
-            perm, _ = self._correlation_perm(bn)
+            perm, _ = self._matcher_perm(bn, "correlation")
             a, b = end, apply_permutation(self.states[1], self._spec(), perm)
         else:
             a, b = self.states[1], end

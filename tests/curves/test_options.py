@@ -41,6 +41,16 @@ def test_defaults_are_the_former_flat_defaults():
     assert (pam.bvn_terms, pam.bvn_samples, pam.select_batches, pam.select_ts) == (10, 32, 4, 5)
 
 
+def test_alignment_takes_any_registered_matcher(monkeypatch):
+    """The endpoints are aligned by a name of the matcher registry, a user's included."""
+    from lmc.permutation import MATCHERS
+
+    for name in MATCHERS.names():
+        assert AlignmentOptions(name).method == name
+    monkeypatch.setitem(MATCHERS._entries, "mine", lambda *a, **k: None)
+    assert AlignmentOptions("mine").method == "mine"
+
+
 def test_as_options_reads_none_mappings_and_class_path_form():
     assert as_options(PlaneOptions, None) == PlaneOptions()
     assert as_options(AlignmentOptions, None, AlignmentOptions("none")).method == "none"
@@ -57,7 +67,7 @@ def test_as_options_reads_none_mappings_and_class_path_form():
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: AlignmentOptions("weights"), "alignment.method"),
+        (lambda: AlignmentOptions("weights"), "alignment.method: unknown matcher 'weights'"),
         (lambda: BatchNormOptions(mode="reset"), "batchnorm.mode"),
         (lambda: PlaneOptions(kind="grid"), "plane.kind"),
         (lambda: CurveEvaluationOptions(num_ts=1), "evaluation.num_ts"),
