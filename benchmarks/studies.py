@@ -83,7 +83,7 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 from lmc.studies import run_study  # noqa: E402
-from lmc.studies.figures import fit_exp  # noqa: E402
+from lmc.studies.figure_spec import fit_exp  # noqa: E402
 from lmc.studies.report import write_report  # noqa: E402
 from lmc.studies.results import results  # noqa: E402
 

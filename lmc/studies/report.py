@@ -171,7 +171,7 @@ def _grid(plan: list[dict[str, Any]]) -> pd.DataFrame:
 
 def _figure_specs(text: str) -> tuple[Any, ...]:
     from lmc.studies.aggregate import stage_keys
-    from lmc.studies.figures import parse_figures
+    from lmc.studies.figure_spec import parse_figures
 
     data = yaml.safe_load(text) or {}
     return parse_figures(data["figures"], stage_keys(data)) if data.get("figures") else ()

@@ -206,7 +206,7 @@ class Study:
     text: str
     executor: Executor = field(default_factory=Executor)
     spawn: tuple[SpawnStage, ...] = ()
-    #: the report's figures (:class:`lmc.studies.figures.FigureSpec`)
+    #: the report's figures (:class:`lmc.studies.figure_spec.FigureSpec`)
     figures: tuple[Any, ...] = ()
     #: the barrier definition every barrier stage reports (``chord`` or ``abs_chord``), or
     #: ``None``: each stage config's own (the task's default is ``chord``)
@@ -673,7 +673,7 @@ def load_study(path: str | Path) -> Study:
         barrier=barrier,
     )
     if data.get("figures"):
-        from lmc.studies.figures import parse_figures
+        from lmc.studies.figure_spec import parse_figures
 
         study = replace(study, figures=parse_figures(data["figures"], study.stage_keys()))
     if data.get("claims") is not None:

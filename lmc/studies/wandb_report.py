@@ -5,7 +5,7 @@ panels over those runs, its summary tables and the study file.
 Two steps, so that a machine without a connection still gets everything short of the upload:
 
 1. :func:`report_spec` turns the study folder (``plan.json``, ``study.yaml``), its figures
-   (:class:`lmc.studies.figures.FigureSpec`) and its summary tables into a plain, versioned,
+   (:class:`lmc.studies.figure_spec.FigureSpec`) and its summary tables into a plain, versioned,
    JSON-able dict; :func:`write_spec` / :func:`read_spec` store it (``report/wandb_report.json``).
 2. :func:`build_report` makes the ``wandb_workspaces.reports.v2.Report`` of a spec for an entity
    and project without saving it; :func:`publish` saves it (the library looks the project up
@@ -297,7 +297,7 @@ def report_spec(
     Args:
         root: the study folder (``plan.json``, ``study.yaml``).
         figures: the figures (objects with the fields of
-            :class:`lmc.studies.figures.FigureSpec`), each one report section.
+            :class:`lmc.studies.figure_spec.FigureSpec`), each one report section.
         summary_tables: name -> rows (dicts column -> value), shown as markdown tables.
 
     Raises:

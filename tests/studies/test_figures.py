@@ -17,13 +17,8 @@ from scipy import stats
 
 from lmc.studies import StudyError
 from lmc.studies.aggregate import series_table, stage_keys
-from lmc.studies.figures import (
-    FigureSpec,
-    check_metrics,
-    fit_exp,
-    parse_figures,
-    render_figures,
-)
+from lmc.studies.figure_spec import FigureSpec, check_metrics, fit_exp, parse_figures
+from lmc.studies.figures import render_figures
 from lmc.studies.results import results
 from tests.studies.conftest import WIDTH
 

@@ -19,7 +19,7 @@ from lmc.data import write_fake_mnist
 from lmc.metrics import gaussian_entropy
 from lmc.studies import load_study, plan, run_study
 from lmc.studies.aggregate import series_table
-from lmc.studies.figures import fit_exp
+from lmc.studies.figure_spec import fit_exp
 from lmc.studies.report import write_report
 from lmc.studies.results import results
 from tests.helpers import CONFIGS

@@ -16,7 +16,7 @@ import pytest
 
 from lmc.studies import StudyError
 from lmc.studies import wandb_report as wbr
-from lmc.studies.figures import FigureSpec
+from lmc.studies.figure_spec import FigureSpec
 from tests.studies.conftest import WIDTH
 
 FIGURES = (
