@@ -17,6 +17,7 @@ import pytest
 from lmc.studies import StudyError
 from lmc.studies import wandb_report as wbr
 from lmc.studies.figure_spec import FigureSpec
+from lmc.studies.wandb_spec import EVALUATE_PREFIX
 from tests.studies.conftest import WIDTH
 
 FIGURES = (
@@ -126,7 +127,7 @@ def test_evaluate_prefixes_are_the_tasks_logging_prefixes():
     def default(fn) -> str:
         return inspect.signature(fn).parameters["prefix"].default
 
-    assert wbr.EVALUATE_PREFIX == {
+    assert EVALUATE_PREFIX == {
         "barrier": default(log_study),
         "curve": default(log_curve),
         "merge": default(log_merge),
