@@ -8,9 +8,10 @@ against the base configs, via the CLI parser), :mod:`~lmc.studies.plan` (grid ->
 :mod:`~lmc.studies.results` (tidy table; imports pandas, so import it directly).
 """
 
+from lmc.studies.load import load_study
 from lmc.studies.plan import Job, grid_points, plan
 from lmc.studies.run import RunSummary, load_and_plan, run_study
-from lmc.studies.schema import Study, StudyError, load_study
+from lmc.studies.schema import Study, StudyError
 from lmc.studies.store import StudyStore, status
 
 __all__ = [

@@ -58,12 +58,11 @@ Example::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lmc.studies.schema import Study, StudyError
+from lmc.studies.schema import NAME_PATTERN, Study, StudyError
 
 TESTS = ("difference", "ordering", "trend", "fit")
 EXPECT = {
@@ -96,7 +95,6 @@ _CLAIM_KEYS = (
     "model",
     "min_r2",
 )
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @dataclass(frozen=True)
@@ -304,7 +302,7 @@ def parse_claims(
             if key not in raw:
                 raise StudyError(f"{at} needs the key {key!r}")
         name = raw["name"]
-        if not isinstance(name, str) or not _NAME.match(name) or name in names:
+        if not isinstance(name, str) or not NAME_PATTERN.match(name) or name in names:
             raise StudyError(f"{at}.name must be a unique folder-safe name, got {name!r}")
         names.add(name)
         at = f"claim {name!r}"

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import difflib
 import math
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lmc.studies.schema import StudyError
+from lmc.studies.schema import NAME_PATTERN, StudyError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,7 +36,6 @@ PNG_DPI = 150
 MAX_TICKS = 12  # a line figure with at most this many x values gets them as its ticks
 NO_DATA = "no finite values"
 NO_JOB = "no done job of stage {!r}"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @dataclass(frozen=True)
@@ -142,7 +140,7 @@ def _parse_one(
         if key not in entry:
             raise StudyError(f"{where} needs the key {key!r} (valid keys: {', '.join(valid)})")
     name = entry["name"]
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise StudyError(
             f"{where}.name must be a folder-safe file name (letters, digits, _ . -), got {name!r}"
         )

@@ -17,8 +17,9 @@ from typing import Any
 from lmc.studies.check import check_job_configs, check_jobs, check_study
 from lmc.studies.execute import Runner, input_stamps, now
 from lmc.studies.executors import Handle, make_executor
+from lmc.studies.load import load_study
 from lmc.studies.plan import Job, parse_shard, plan, shard
-from lmc.studies.schema import Study, load_study
+from lmc.studies.schema import Study
 from lmc.studies.store import StudyStore
 
 POLL_SECONDS = 0.05
