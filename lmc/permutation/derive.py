@@ -17,7 +17,6 @@ named after the module that first produced it.
 
 from __future__ import annotations
 
-import math
 import operator
 from typing import Any
 
@@ -27,6 +26,7 @@ from torch import Tensor, fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from lmc.permutation.derive_attention import AttentionRules
+from lmc.permutation.derive_shapes import ShapeRules
 from lmc.permutation.derive_spaces import (
     Feature,
     Member,
@@ -95,7 +95,7 @@ def _nodes(args: Any) -> list[fx.Node]:
     return out
 
 
-class _Deriver(AttentionRules):
+class _Deriver(AttentionRules, ShapeRules):
     def __init__(self, gm: fx.GraphModule, model: nn.Module) -> None:
         self.gm = gm
         self.model = model
@@ -269,207 +269,6 @@ class _Deriver(AttentionRules):
                     self._param("", t, tuple(axes))
                 else:
                     self._param(target, name, tuple(axes))
-
-    # -- shape ops -------------------------------------------------------------------------
-    def _flatten(self, node: fx.Node, start: int, end: int) -> Feature | None:
-        v = self.val.get(node.args[0])
-        s_in = _shape(node.args[0])
-        if not isinstance(v, Feature) or s_in is None:
-            return self._generic(node)
-        nd = len(s_in)
-        start, end = start % nd, end % nd
-        if not start <= v.axis <= end:
-            return Feature(v.space, v.axis if v.axis < start else v.axis - (end - start))
-        before = math.prod(s_in[start : v.axis])
-        after = math.prod(s_in[v.axis + 1 : end + 1])
-        space = self._sized(v.space, s_in[v.axis])
-        parts = [self.sp.fixed_leaf(before), space, self.sp.fixed_leaf(after)]
-        return Feature(self.sp.kron(parts, node.name), start)
-
-    def _view(self, node: fx.Node) -> Feature | None:
-        v = self.val.get(node.args[0])
-        s_in, s_out = _shape(node.args[0]), _shape(node)
-        if not isinstance(v, Feature) or s_in is None or s_out is None:
-            return self._generic(node)
-        if self._fixed(v.space):
-            return Feature(Spaces.FIXED, min(v.axis, len(s_out) - 1))
-        lead = math.prod(s_in[: v.axis])
-        size = s_in[v.axis]
-        pre = [math.prod(s_out[:k]) for k in range(len(s_out) + 1)]
-        for k in range(len(s_out)):  # the axis kept (other axes merged or split around it)
-            if pre[k] == lead and s_out[k] == size:
-                return Feature(v.space, k)
-        for k in range(len(s_out)):  # merged with neighbours into one output axis
-            if pre[k] <= lead and lead * size * math.prod(s_in[v.axis + 1 :]) >= pre[k + 1]:
-                if lead % pre[k] == 0 and pre[k + 1] % (lead * size) == 0:
-                    before, after = lead // pre[k], pre[k + 1] // (lead * size)
-                    parts = [self.sp.fixed_leaf(before), v.space, self.sp.fixed_leaf(after)]
-                    return Feature(self.sp.kron(parts, node.name), k)
-        for k0 in range(len(s_out)):  # split into several output axes
-            ends = [k for k in range(k0 + 1, len(s_out)) if pre[k + 1] == lead * size]
-            if pre[k0] == lead and ends:
-                return self._split_axis(node, v, list(s_out[k0 : ends[0] + 1]), k0)
-        raise self.err(
-            f"reshape from {s_in} to {s_out} mixes the permuted axis {v.axis} with others; only "
-            "views that keep it, merge it with its neighbours or split it are supported"
-        )
-
-    def _split_axis(self, node: fx.Node, v: Feature, factors: list[int], first: int) -> Feature:
-        """A view splitting the permuted axis into ``factors`` (row-major): one factor carries
-        the permutation, the others are fixed, i.e. the space is restricted to
-        ``fixed (x) leaf (x) fixed``; a space that cannot be (e.g. different permutations on
-        the blocks a channel shuffle interleaves) is fixed. The factor is the one matching a
-        group already in the space's layout (a flatten undone), else the largest."""
-        t = max(range(len(factors)), key=lambda i: factors[i])
-        try:
-            layout = self.sp.layout(v.space)
-        except NotExpressible:
-            layout = []
-        if len(layout) == 1:
-            pos = 1
-            for g, n in layout[0]:
-                for i in range(len(factors)):
-                    if g is not None and math.prod(factors[:i]) == pos and factors[i] == n:
-                        t = i
-                pos *= n
-        root = self.sp.find(v.space)
-        leaf = self.sp.new(
-            factors[t], self.sp.name[root] if self.sp.kind[root] is None else node.name
-        )
-        parts = [
-            self.sp.fixed_leaf(math.prod(factors[:t])),
-            leaf,
-            self.sp.fixed_leaf(math.prod(factors[t + 1 :])),
-        ]
-        self.sp.union(v.space, self.sp.kron(parts, node.name))
-        return Feature(leaf, first + t)
-
-    def _permute(self, node: fx.Node, dims: Any) -> Feature | None:
-        v = self.val.get(node.args[0])
-        if not isinstance(v, Feature):
-            return self._generic(node)
-        nd = len(_shape(node) or dims)
-        dims = [d % nd for d in dims]
-        return Feature(v.space, dims.index(v.axis))
-
-    def _transpose(self, node: fx.Node) -> Feature | None:
-        v = self.val.get(node.args[0])
-        if not isinstance(v, Feature):
-            return self._generic(node)
-        nd = len(_shape(node) or ())
-        a, b = _arg(node, 1, "dim0") % nd, _arg(node, 2, "dim1") % nd
-        return Feature(v.space, b if v.axis == a else a if v.axis == b else v.axis)
-
-    # -- functions ---------------------------------------------------------------------------
-    def _broadcast(self, node: fx.Node, operands: list[Any]) -> Feature | None:
-        """Elementwise op with broadcasting: the operands' permuted axes are merged."""
-        out = _shape(node)
-        nd = len(out) if out is not None else 0
-        feats = [
-            (a, v) for a in operands if isinstance(v := self.val.get(a), Feature) and a is not None
-        ]
-        live = [(a, v) for a, v in feats if not self._fixed(v.space)]
-        if not live:
-            return Feature(Spaces.FIXED, feats[0][1].axis) if feats else self._generic(node)
-        axes = {v.axis + nd - len(_shape(a) or out or ()) for a, v in live}
-        if len(axes) > 1:
-            raise self.err("operands carry permuted features on different axes")
-        axis = axes.pop()
-        space = live[0][1].space
-        for a in operands:
-            if not isinstance(a, fx.Node):
-                continue
-            v = self.val.get(a)
-            shp = _shape(a) or ()
-            pos = axis - (nd - len(shp))
-            if isinstance(v, Feature) and not self._fixed(v.space):
-                self.sp.union(space, v.space)
-            elif isinstance(v, ParamUse):
-                pa = pos - v.offset
-                if 0 <= pa < v.ndim and shp[pos] > 1:
-                    ax: list[int | None] = [None] * v.ndim
-                    ax[pa] = space
-                    self._param("", v.key, tuple(ax))
-            elif 0 <= pos < len(shp) and shp[pos] > 1:
-                self.sp.fix(space)  # a per-feature constant that is not a parameter
-        return Feature(space, axis)
-
-    def _cat(self, node: fx.Node) -> Feature | None:
-        tensors = list(_arg(node, 0, "tensors"))
-        dim = _arg(node, 1, "dim", 0)
-        vals = [self.val.get(t) for t in tensors]
-        feats = [v for v in vals if isinstance(v, Feature) and not self._fixed(v.space)]
-        if not feats:
-            return self._broadcast(node, tensors)
-        nd = len(_shape(node) or ())
-        dim %= nd
-        if any(v.axis != dim for v in feats):
-            return self._broadcast(node, tensors)  # along another axis: like an elementwise op
-        parts = []
-        for t, v in zip(tensors, vals):
-            n = (_shape(t) or (0,) * nd)[dim]
-            on_dim = isinstance(v, Feature) and v.axis == dim
-            parts.append(self._sized(v.space, n) if on_dim else self.sp.fixed_leaf(n))
-        return Feature(self.sp.cat(parts, node.name), dim)
-
-    def _index(self, node: fx.Node, v: Feature) -> Feature | None:
-        """``x[...]`` with ints, slices, ``None`` and ``...``: a slice of the permuted axis is a
-        block of its space; one unit of it (an int) is only exact unpermuted (fixed)."""
-        idx = node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],)
-        shp = _shape(node.args[0]) or ()
-        if any(not (i is None or i is Ellipsis or isinstance(i, (int, slice))) for i in idx):
-            raise self.err("indexing a feature tensor with tensors or lists is not supported")
-        used = sum(i is not None and i is not Ellipsis for i in idx)
-        items: list[Any] = []
-        for i in idx:
-            items.extend([slice(None)] * (len(shp) - used) if i is Ellipsis else [i])
-        ax_in = ax_out = 0
-        for i in items:
-            if i is None:
-                ax_out += 1
-                continue
-            if ax_in == v.axis:
-                if isinstance(i, int):
-                    self.sp.fix(v.space)
-                    return None
-                if any(isinstance(b, fx.Node) for b in (i.start, i.stop, i.step)):
-                    raise self.err(
-                        "slicing the permuted axis with computed bounds is not supported"
-                    )
-                n = shp[ax_in]
-                start, stop, step = i.indices(n)
-                if step != 1 or stop <= start:
-                    self.sp.fix(v.space)
-                    return Feature(Spaces.FIXED, ax_out)
-                sizes = [m for m in (start, stop - start, n - stop) if m]
-                parts = self.sp.split(v.space, sizes)
-                return Feature(parts[1 if start else 0], ax_out)
-            ax_out += isinstance(i, slice)
-            ax_in += 1
-        return Feature(v.space, ax_out + v.axis - ax_in)
-
-    def _split(self, node: fx.Node, dim: int) -> Several | None:
-        """``chunk``/``split``: pieces along the permuted axis are blocks of its space."""
-        v = self.val.get(node.args[0])
-        meta = node.meta.get("tensor_meta")
-        if not isinstance(v, Feature) or not isinstance(meta, (tuple, list)):
-            return self._generic(node)
-        shapes = [tuple(m.shape) for m in meta]
-        dim %= len(shapes[0])
-        if dim != v.axis or self._fixed(v.space):
-            return Several(tuple(v for _ in shapes))
-        parts = self.sp.split(v.space, [s[dim] for s in shapes])
-        return Several(tuple(Feature(p, dim) for p in parts))
-
-    def _reduce(self, node: fx.Node) -> Feature:
-        v = self._in(node)
-        dims = _arg(node, 1, "dim")
-        nd = len(_shape(node.args[0]) or (0,) * 4)
-        dims = (dims,) if isinstance(dims, int) else tuple(dims or ())
-        if not dims or any(d % nd in (0, v.axis) for d in dims):
-            raise self.err("reductions over the batch or the permuted axis are not supported")
-        keep = _arg(node, 2, "keepdim", False)
-        return Feature(v.space, v.axis if keep else v.axis - sum(d % nd < v.axis for d in dims))
 
     def _live(self, v: Any) -> bool:
         """Whether ``v`` carries a permuted axis (a tuple: in one of its items)."""
