@@ -353,7 +353,8 @@ def _heatmap(ax: Axes, spec: FigureSpec, tidy: pd.DataFrame, series: pd.DataFram
     return summary, int(finite.sum()), None
 
 
-_DRAW: dict[str, Callable[..., Any]] = {
+#: figure kind -> its matplotlib drawing (one per kind of figure_spec.FIGURE_KINDS)
+DRAWERS: dict[str, Callable[..., Any]] = {
     "line": _line,
     "bar": _bar,
     "scatter": _scatter,
@@ -402,7 +403,7 @@ def render_figure(
     if spec.kind != "heatmap":  # before drawing, so the drawers' ticks stay
         ax.set_xscale(spec.xscale)
         ax.set_yscale(spec.yscale)
-    data, n_points, fit = _DRAW[spec.kind](ax, spec, tidy, series)
+    data, n_points, fit = DRAWERS[spec.kind](ax, spec, tidy, series)
     if n_points == 0:
         _note(ax, NO_DATA if stage_has_rows(spec, tidy, series) else NO_JOB.format(spec.stage))
     if spec.references:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,87 @@ def _figure_dict(fig: Any) -> dict[str, Any]:
     return {f: _plain(getattr(fig, f, None)) for f in _FIGURE_FIELDS}
 
 
+@dataclass(frozen=True)
+class _Keys:
+    """How a stage's coordinates and metrics are named on W&B (:func:`_coordinate`,
+    :func:`_metric`): its kind and the prefix its jobs logged under."""
+
+    kind: str
+    logged_as: str | None
+
+    def coordinate(self, key: str) -> dict[str, str]:
+        return _coordinate(key, self.kind)
+
+    def metric(self, name: str) -> dict[str, str]:
+        return _metric(name, self.kind, self.logged_as)
+
+
+def _line_panel(entry: dict[str, Any], fig: Any, ys: list[str], keys: _Keys) -> list[str]:
+    entry.update(panel="ScatterPlot", x=keys.coordinate(fig.x), y=[keys.metric(y) for y in ys])
+    return [
+        f"{', '.join(ys)} against {fig.x}: one point per run of stage {fig.stage!r}, no line "
+        "through the means over seeds" + (" (one panel per metric)" if len(ys) > 1 else "")
+    ]
+
+
+def _bar_panel(entry: dict[str, Any], fig: Any, ys: list[str], keys: _Keys) -> list[str]:
+    entry.update(panel="BarPlot", x=keys.coordinate(fig.x), y=[keys.metric(y) for y in ys])
+    return [
+        f"{', '.join(ys)} of the runs of stage {fig.stage!r} grouped by {fig.x}: mean, with the "
+        "standard error as the range"
+    ]
+
+
+def _scatter_panel(entry: dict[str, Any], fig: Any, ys: list[str], keys: _Keys) -> list[str]:
+    entry.update(panel="ScatterPlot", x=keys.metric(fig.x), y=[keys.metric(ys[0])])
+    notes = [f"{ys[0]} against {fig.x}: one point per run of stage {fig.stage!r}"]
+    if fig.fit:
+        notes.append(f"the {fig.fit} fit (a, b, R^2) is not drawn here; report.html has it")
+    return notes
+
+
+def _heatmap_panel(entry: dict[str, Any], fig: Any, ys: list[str], keys: _Keys) -> list[str]:
+    entry.update(
+        panel="ParallelCoordinatesPlot",
+        x=keys.coordinate(fig.x),
+        y=[keys.metric(y) for y in ys],
+        rows=keys.coordinate(fig.rows),
+    )
+    return [
+        f"W&B has no heat map over runs: {ys[0]} over {fig.rows} (rows) and {fig.x} "
+        f"(columns) as parallel coordinates of the runs of stage {fig.stage!r}"
+    ]
+
+
+def _curve_panel(entry: dict[str, Any], fig: Any, ys: list[str], keys: _Keys) -> list[str]:
+    prefix = keys.logged_as or EVALUATE_PREFIX.get(keys.kind)
+    entry.update(
+        panel="MediaBrowser" if prefix else "MarkdownBlock",
+        media=[f"{prefix}/figure"] if prefix else [],
+    )
+    return [
+        f"the {fig.series!r} series of {', '.join(ys)} over each job's path is a series "
+        "per run, not a run summary, so no W&B panel draws it across runs"
+        + (
+            f"; here: the figure each run of stage {fig.stage!r} logged ({prefix}/figure), its "
+            f"tables and charts are under {prefix}/ on the run pages"
+            if prefix
+            else ""
+        )
+    ]
+
+
+#: figure kind -> its W&B panel: fills the spec entry's panel and axes, returns the notes on
+#: what the panel cannot show (one per kind of :data:`lmc.studies.figure_spec.FIGURE_KINDS`)
+PANELS: dict[str, Callable[[dict[str, Any], Any, list[str], _Keys], list[str]]] = {
+    "line": _line_panel,
+    "bar": _bar_panel,
+    "scatter": _scatter_panel,
+    "curve": _curve_panel,
+    "heatmap": _heatmap_panel,
+}
+
+
 def _panel(
     fig: Any, kinds: dict[str, str], stages: list[str], logged: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
@@ -166,53 +248,10 @@ def _panel(
         "rows": None,
         "media": [],
     }
-    if kind in ("line", "bar", "heatmap"):
-        entry["x"] = _coordinate(fig.x, skind)
-        entry["y"] = [_metric(y, skind, logged_as) for y in ys]
-    if kind == "line":
-        entry["panel"] = "ScatterPlot"
-        notes.append(
-            f"{', '.join(ys)} against {fig.x}: one point per run of stage {stage!r}, no line "
-            "through the means over seeds" + (" (one panel per metric)" if len(ys) > 1 else "")
-        )
-    elif kind == "bar":
-        entry["panel"] = "BarPlot"
-        notes.append(
-            f"{', '.join(ys)} of the runs of stage {stage!r} grouped by {fig.x}: mean, with the "
-            "standard error as the range"
-        )
-    elif kind == "scatter":
-        entry["panel"] = "ScatterPlot"
-        entry["x"] = _metric(fig.x, skind, logged_as)
-        entry["y"] = [_metric(ys[0], skind, logged_as)]
-        notes.append(f"{ys[0]} against {fig.x}: one point per run of stage {stage!r}")
-        if fig.fit:
-            notes.append(f"the {fig.fit} fit (a, b, R^2) is not drawn here; report.html has it")
-    elif kind == "heatmap":
-        entry["panel"] = "ParallelCoordinatesPlot"
-        entry["rows"] = _coordinate(fig.rows, skind)
-        notes.append(
-            f"W&B has no heat map over runs: {ys[0]} over {fig.rows} (rows) and {fig.x} "
-            f"(columns) as parallel coordinates of the runs of stage {stage!r}"
-        )
-    elif kind == "curve":
-        prefix = logged_as or EVALUATE_PREFIX.get(skind)
-        entry["panel"] = "MediaBrowser" if prefix else "MarkdownBlock"
-        entry["media"] = [f"{prefix}/figure"] if prefix else []
-        notes.append(
-            f"the {fig.series!r} series of {', '.join(ys)} over each job's path is a series "
-            "per run, not a run summary, so no W&B panel draws it across runs"
-            + (
-                f"; here: the figure each run of stage {stage!r} logged ({prefix}/figure), its "
-                f"tables and charts are under {prefix}/ on the run pages"
-                if prefix
-                else ""
-            )
-        )
-    else:
-        raise StudyError(
-            f"figure {name!r}: unknown kind {kind!r}; kinds: line, bar, scatter, curve, heatmap"
-        )
+    to_panel = PANELS.get(kind)
+    if to_panel is None:
+        raise StudyError(f"figure {name!r}: unknown kind {kind!r}; kinds: {', '.join(PANELS)}")
+    notes += to_panel(entry, fig, ys, _Keys(skind, logged_as))
     if fig.hue and kind in ("line", "bar", "scatter"):
         entry["hue"] = _coordinate(fig.hue, skind)
         notes.append(

@@ -349,3 +349,14 @@ def test_publish_returns_the_url_and_publish_or_save_says_what_happened(
     assert line.startswith("W&B report not uploaded") and str(tmp_path / "report") in line
     with pytest.raises(StudyError, match="ENTITY/PROJECT"):
         wbr.publish_or_save(tiny_run[1], report, "lmc")
+
+
+def test_every_figure_kind_has_a_drawing_and_a_panel(spec):
+    """A figure kind is one entry in each table (figure_spec's keys, the matplotlib drawer, the
+    W&B panel): a kind added to one and not the others is caught here (issue 32)."""
+    from lmc.studies.figure_spec import FIGURE_KINDS
+    from lmc.studies.figures import DRAWERS
+    from lmc.studies.wandb_spec import PANELS
+
+    assert set(FIGURE_KINDS) == set(DRAWERS) == set(PANELS)
+    assert {p["kind"] for p in spec["panels"]} == set(FIGURE_KINDS)  # FIGURES covers each
