@@ -14,8 +14,8 @@ import pytest
 from lmc.cli import main
 from lmc.studies import StudyError, StudyStore, run_study, status
 from lmc.studies.results import results
-from tests.helpers import run_dirs
-from tests.studies.conftest import WIDTH, copy_run, tiny_study, write_study
+from tests.helpers import CONFIGS, run_dirs
+from tests.studies.conftest import TINY_DATA, WIDTH, copy_run, tiny_study, write_study
 
 
 def _records(out):
@@ -199,3 +199,36 @@ def test_damaged_records_are_reported_then_redone_not_fatal(tiny_run, tmp_path, 
     assert len(merged) == len(before)
     metric = merged[merged.metric == "barrier_loss_matched"]
     assert (metric.value_before == metric.value_after).all()
+
+
+def test_a_merge_method_registered_in_user_code_runs_from_a_study_file(tmp_path, monkeypatch):
+    """Adding a merge method is one function and its registration: a study file names it in a
+    merge stage's `methods`, the pre-check accepts it, the merge job runs it, and its results
+    come back by name (issue 32 item 2; README "Adding a merge method")."""
+    from lmc.merging import MERGE_METHODS
+    from lmc.permutation import identity_permutation
+
+    calls = []
+
+    def average_as_is(states, spec, *, keys=None, reference=0, method="accelerated", seed=0):
+        calls.append(len(states))  # the identity on every model: plain averaging, by our name
+        return [identity_permutation(spec.sizes(states[0])) for _ in states]
+
+    monkeypatch.setitem(MERGE_METHODS._entries, "mine", average_as_is)
+    study = tiny_study(
+        grid={WIDTH: [4], "seed_everything": [0, 1]},
+        evaluate=[
+            {
+                "name": "merge",
+                "kind": "merge",
+                "config": str(CONFIGS / "studies" / "teacher_student_merge.yaml"),
+                "groups": {"over": [WIDTH], "vary": "seed_everything"},
+                "args": ["--model.init_args.methods=[naive, mine]", *TINY_DATA],
+            }
+        ],
+    )
+    summary = run_study(write_study(tmp_path, study), tmp_path / "out", log=lambda _: None)
+    assert not summary.failed and calls == [2]
+    table = results(tmp_path / "out")
+    merged = table[table.stage == "merge"].set_index("metric").value
+    assert merged["merge/mine/n2/test/loss"] == merged["merge/naive/n2/test/loss"]  # same merge
