@@ -340,7 +340,7 @@ def _evaluate(
         raise StudyError(
             f"{where}: unknown kind {kind!r}; valid kinds: {', '.join(EVALUATE_KINDS)}"
         )
-    selector = EVALUATE_KINDS[kind]
+    selector = EVALUATE_KINDS[kind].selects
     other = "groups" if selector == "pairs" else "pairs"
     if other in value:
         raise StudyError(
@@ -373,7 +373,7 @@ def _evaluate(
     elif "zip" in value:
         raise StudyError(f"{where}: zip needs a grid (keys of the stage config) to zip")
     args = _str_list(value.get("args"), f"{where}.args")
-    if barrier is not None and kind == "barrier":
+    if barrier is not None and EVALUATE_KINDS[kind].takes_barrier:
         if any(a.startswith(f"{BARRIER_ARG}=") for a in args):
             raise StudyError(
                 f"{where}.args sets {BARRIER_ARG}, which the study's `barrier: {barrier}` sets "

@@ -58,8 +58,36 @@ from pathlib import Path
 from typing import Any
 
 TRAIN_STAGE = "train"
-# kind -> how it selects its models: two at a time (pairs) or any number (groups)
-EVALUATE_KINDS = {"barrier": "pairs", "curve": "pairs", "merge": "groups"}
+
+
+@dataclass(frozen=True)
+class StageKind:
+    """A kind of evaluate stage, in one place: how it selects its models and how its task
+    names what it logs.
+
+    Attributes:
+        name: the study file's ``kind``.
+        selects: ``pairs`` (two models at a time) or ``groups`` (any number).
+        prefix: the prefix its task logs its summary under (``{prefix}/{key}``), used by the
+            W&B Report until a done job's run record says which it used.
+        takes_barrier: a study's ``barrier:`` definition is passed to its stages of this kind.
+    """
+
+    name: str
+    selects: str
+    prefix: str
+    takes_barrier: bool = False
+
+
+#: kind -> :class:`StageKind` (log_study, log_curve and log_merge of lmc.tasks log these)
+EVALUATE_KINDS: dict[str, StageKind] = {
+    k.name: k
+    for k in (
+        StageKind("barrier", "pairs", "interp", takes_barrier=True),
+        StageKind("curve", "pairs", "curve"),
+        StageKind("merge", "groups", "merge"),
+    )
+}
 # the lmc command an evaluate job runs: validate (measure) or fit (train from the checkpoints)
 EVALUATE_COMMANDS = ("validate", "fit")
 # the lmc command a train job runs: fit (train a model) or validate (a task that measures alone)

@@ -24,7 +24,13 @@ from typing import Any
 import yaml
 
 from lmc.io import atomic_write
-from lmc.studies.schema import PARENT_PREFIX, SPAWN_EPOCH, TRAIN_STAGE, StudyError
+from lmc.studies.schema import (
+    EVALUATE_KINDS,
+    PARENT_PREFIX,
+    SPAWN_EPOCH,
+    TRAIN_STAGE,
+    StudyError,
+)
 from lmc.studies.store import PLAN_FILE, STUDY_FILE, StudyStore, study_folder
 
 SCHEMA = "lmc.wandb_report"
@@ -34,9 +40,9 @@ SPEC_FILE = "wandb_report.json"
 #: the command that writes (and uploads) the spec, named in errors
 COMMAND = "lmc study report DIR --wandb ENTITY/PROJECT"
 #: the W&B summary prefix of the metrics an evaluate stage's task logs, by stage kind
-#: (``log_study``, ``log_curve`` and ``log_merge`` of lmc.tasks: ``{prefix}/{summary key}``),
-#: where no done job's run record says which it used (``logged_as``)
-EVALUATE_PREFIX = {"barrier": "interp", "curve": "curve", "merge": "merge"}
+#: (:class:`lmc.studies.schema.StageKind`), where no done job's run record says which it used
+#: (``logged_as``)
+EVALUATE_PREFIX = {name: kind.prefix for name, kind in EVALUATE_KINDS.items()}
 #: the config entry a study job logs its study, stage, id and coordinates in
 STUDY_CONFIG = "study"
 _FIGURE_FIELDS = (
