@@ -47,11 +47,19 @@ def _pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+#: study folder -> its jobs' damage() findings with their outputs' stat signatures
+_DAMAGE: dict[Path, dict[str, tuple[tuple[Any, ...], str | None]]] = {}
+
+
 class StudyStore:
     """The folder of one study run."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
+        # job id -> (the stat signature of its outputs, what damage() found), shared by the
+        # stores of one folder in this process: a report asks for every job several times
+        # (jobs, results, series); a job redone or edited since has another signature
+        self._damage = _DAMAGE.setdefault(self.root, {})
 
     def job_dir(self, job: Job | dict[str, Any]) -> Path:
         stage, jid = (job.stage, job.id) if isinstance(job, Job) else (job["stage"], job["id"])
@@ -174,21 +182,21 @@ class StudyStore:
         parsed, checkpoints only checked to be whole zip archives (torch's format)."""
         if not self.is_done(job):
             return None
-        from lmc.results import RecordError, read_record
-
         try:
             run = self.run_dir(job)
         except StudyError as err:
             return str(err)
-        if (run / "summary.json").is_file():
-            try:
-                read_record(run)
-            except RecordError as err:
-                return str(err)
-        for ckpt in sorted((run / "checkpoints").glob("*.ckpt")):
-            if not _whole_zip(ckpt):
-                return f"{ckpt} is not a whole checkpoint (truncated or overwritten)"
-        return None
+        files = [self.job_dir(job) / JOB_FILE, run / "summary.json"]
+        files += sorted((run / "checkpoints").glob("*.ckpt"))
+        signature = tuple(
+            (str(f), st.st_size, st.st_mtime_ns) for f in files if (st := _stat(f)) is not None
+        )
+        kept = self._damage.get(job_id(job))
+        if kept is not None and kept[0] == signature:
+            return kept[1]
+        why = _damage_of(run)
+        self._damage[job_id(job)] = (signature, why)
+        return why
 
     def set_aside(self, job: Job | dict[str, Any]) -> Path:
         """Move a damaged job's folder to ``<root>/damaged/<job id>-<n>`` (kept for a look, out
@@ -199,6 +207,29 @@ class StudyStore:
         dest = folder / f"{job_id(job)}-{n + 1}"
         os.replace(self.job_dir(job), dest)
         return dest
+
+
+def _damage_of(run: Path) -> str | None:
+    """What cannot be read of a done job's run folder: its ``summary.json`` parsed, its
+    checkpoints checked to be whole zip archives (torch's format)."""
+    from lmc.results import RecordError, read_record
+
+    if (run / "summary.json").is_file():
+        try:
+            read_record(run)
+        except RecordError as err:
+            return str(err)
+    for ckpt in sorted((run / "checkpoints").glob("*.ckpt")):
+        if not _whole_zip(ckpt):
+            return f"{ckpt} is not a whole checkpoint (truncated or overwritten)"
+    return None
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except OSError:
+        return None
 
 
 def job_id(job: Job | dict[str, Any]) -> str:

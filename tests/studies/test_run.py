@@ -232,3 +232,20 @@ def test_a_merge_method_registered_in_user_code_runs_from_a_study_file(tmp_path,
     table = results(tmp_path / "out")
     merged = table[table.stage == "merge"].set_index("metric").value
     assert merged["merge/mine/n2/test/loss"] == merged["merge/naive/n2/test/loss"]  # same merge
+
+
+def test_damage_is_checked_once_per_job_until_its_outputs_change(tiny_run, tmp_path, monkeypatch):
+    """A report asks for every job's damage several times (jobs, results, series tables): the
+    stores of one folder read each job's outputs once, and again once they change."""
+    import lmc.studies.store as store_module
+
+    out = copy_run(tiny_run, tmp_path)
+    reads = []
+    real = store_module._damage_of
+    monkeypatch.setattr(store_module, "_damage_of", lambda run: reads.append(run) or real(run))
+    job = next(j for j in StudyStore(out).plan() if j["stage"] == "barrier")
+    assert StudyStore(out).damage(job) is None and StudyStore(out).damage(job) is None
+    assert len(reads) == 1
+    summary = StudyStore(out).run_dir(job) / "summary.json"
+    summary.write_text(summary.read_text()[:40])  # truncated after it was checked
+    assert "summary.json" in (StudyStore(out).damage(job) or "") and len(reads) == 2
