@@ -12,12 +12,8 @@ from typing import Any
 
 from lmc.engine.parse import ConfigError
 from lmc.engine.parse import resolve_config as _parse
+from lmc.studies.keys import cli_value, config_args, has_key, near_keys
 from lmc.studies.schema import Study, StudyError
-
-
-def cli_value(value: Any) -> str:
-    """``value`` as one command-line token (strings as they are, the rest as JSON)."""
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def resolve_config(args: Sequence[str]) -> dict[str, Any]:
@@ -82,47 +78,6 @@ def _check_same_net(train: Mapping[str, Any], stage: Mapping[str, Any], where: s
             f"jobs train a {trained}: their checkpoints would not load; give the stage's config "
             "the trained network"
         )
-
-
-def _child(node: Any, part: str) -> Any:
-    """``node[part]``, or ``KeyError``; in a list (e.g. ``trainer.callbacks``) the key is looked
-    up in its last entry, as the CLI applies ``--trainer.callbacks.init_args.rate`` there."""
-    if isinstance(node, list) and node:
-        node = node[-1]
-    if not isinstance(node, Mapping) or part not in node:
-        raise KeyError(part)
-    return node[part]
-
-
-def has_key(cfg: Mapping[str, Any], dotted: str) -> bool:
-    """Whether ``cfg`` has the dotted key ``dotted`` (``a.b.c`` = ``cfg["a"]["b"]["c"]``; a
-    list stands for its last entry)."""
-    node: Any = cfg
-    for part in dotted.split("."):
-        try:
-            node = _child(node, part)
-        except KeyError:
-            return False
-    return True
-
-
-def _near(cfg: Mapping[str, Any], dotted: str) -> str:
-    node: Any = cfg
-    prefix = []
-    for part in dotted.split("."):
-        try:
-            node, prefix = _child(node, part), [*prefix, part]
-        except KeyError:
-            break
-    if isinstance(node, list) and node:
-        node = node[-1]
-    keys = sorted(node) if isinstance(node, Mapping) else []
-    where = ".".join(prefix) or "the top level"
-    return f"keys under {where}: {', '.join(keys)}" if keys else f"{where} holds no keys"
-
-
-def config_args(configs: Sequence[Path], extra: Sequence[str]) -> list[str]:
-    return [arg for path in configs for arg in ("-c", str(path))] + list(extra)
 
 
 def check_study(study: Study) -> dict[str, dict[str, Any]]:
@@ -203,7 +158,7 @@ def _check_grid(
         if not has_key(resolved, key):
             raise StudyError(
                 f"{where} grid key {key!r} is not in {what} "
-                f"{', '.join(str(p) for p in configs)}; {_near(resolved, key)}"
+                f"{', '.join(str(p) for p in configs)}; {near_keys(resolved, key)}"
             )
         for value in values:
             try:

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from lmc.io import spawn_point
-from lmc.studies.check import cli_value, config_args, has_key
+from lmc.studies.keys import cli_value, config_args, has_key
 from lmc.studies.schema import (
     PARENT_PREFIX,
     SEED_KEY,

@@ -401,7 +401,7 @@ def test_an_evaluate_stage_runs_the_command_it_names(tmp_path):
 def test_has_key_reads_a_list_as_its_last_entry():
     """``--trainer.callbacks.init_args.rate`` addresses the last callback, so a grid key under
     a list is checked against the list's last entry."""
-    from lmc.studies.check import has_key
+    from lmc.studies.keys import has_key
 
     cfg = {"trainer": {"callbacks": [{"init_args": {"bits": 10}}, {"init_args": {"rate": 0.5}}]}}
     assert has_key(cfg, "trainer.callbacks.init_args.rate")
