@@ -57,53 +57,60 @@ class RunConfigSaver(SaveConfigCallback):
             trainer.logger.log_hyperparams(drop_unserializable(dumped))
 
 
+#: the options ``lmc`` adds to LightningCLI's: (name, type, default, help)
+RUN_OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
+    (
+        "test_after_fit",
+        bool,
+        False,
+        "After `fit`, evaluate the final weights on the test split (reporting only).",
+    ),
+    (
+        "study",
+        Optional[dict[str, Any]],  # noqa: UP045 (jsonargparse reads it)
+        None,
+        "Set by `lmc study run`: the study's name, the job's stage, id and grid coordinates; a "
+        "W&B logger gets them as group, job_type and config.",
+    ),
+    (
+        "spawn_points",
+        Optional[list[int]],  # noqa: UP045
+        None,
+        "`fit`: save a full checkpoint after each of these epochs (0: before training) as "
+        "checkpoints/spawn/epoch=<k>.ckpt, for runs started with --spawn_from.",
+    ),
+    (
+        "spawn_from",
+        Optional[str],  # noqa: UP045
+        None,
+        "`fit`: start from this checkpoint's weights, optimizer and epoch (e.g. "
+        "<run>/checkpoints/spawn/epoch=2.ckpt) with this run's own seed, so data order and "
+        "noise follow --seed_everything; ignored when --ckpt_path resumes this run.",
+    ),
+    (
+        "population",
+        Optional[list[int]],  # noqa: UP045
+        None,
+        "`fit`: train one member per seed as one vectorised run (torch.func), each exactly the "
+        "run `--seed_everything <seed>` would be; members are written as run folders "
+        "<run>/members/seed=<s>/ (lmc.population).",
+    ),
+    (
+        "fresh_if_nothing_to_resume",
+        bool,
+        False,
+        "With `--ckpt_path last`: start a new run when there is no run to resume (otherwise "
+        "that is an error).",
+    ),
+)
+
+
 class LMCCLI(LightningCLI):
     """LightningCLI for ``lmc``: subclass mode for model and data, integer seed, safe checkpoints."""
 
     def add_arguments_to_parser(self, parser: Any) -> None:
-        parser.add_argument(
-            "--test_after_fit",
-            type=bool,
-            default=False,
-            help="After `fit`, evaluate the final weights on the test split (reporting only).",
-        )
-        parser.add_argument(
-            "--study",
-            type=Optional[dict[str, Any]],  # noqa: UP045 (jsonargparse reads it)
-            default=None,
-            help="Set by `lmc study run`: the study's name, the job's stage, id and grid "
-            "coordinates; a W&B logger gets them as group, job_type and config.",
-        )
-        parser.add_argument(
-            "--spawn_points",
-            type=Optional[list[int]],  # noqa: UP045 (jsonargparse reads it)
-            default=None,
-            help="`fit`: save a full checkpoint after each of these epochs (0: before training) "
-            "as checkpoints/spawn/epoch=<k>.ckpt, for runs started with --spawn_from.",
-        )
-        parser.add_argument(
-            "--spawn_from",
-            type=Optional[str],  # noqa: UP045 (jsonargparse reads it)
-            default=None,
-            help="`fit`: start from this checkpoint's weights, optimizer and epoch (e.g. "
-            "<run>/checkpoints/spawn/epoch=2.ckpt) with this run's own seed, so data order and "
-            "noise follow --seed_everything; ignored when --ckpt_path resumes this run.",
-        )
-        parser.add_argument(
-            "--population",
-            type=Optional[list[int]],  # noqa: UP045 (jsonargparse reads it)
-            default=None,
-            help="`fit`: train one member per seed as one vectorised run (torch.func), each "
-            "exactly the run `--seed_everything <seed>` would be; members are written as run "
-            "folders <run>/members/seed=<s>/ (lmc.population).",
-        )
-        parser.add_argument(
-            "--fresh_if_nothing_to_resume",
-            type=bool,
-            default=False,
-            help="With `--ckpt_path last`: start a new run when there is no run to resume "
-            "(otherwise that is an error).",
-        )
+        for name, kind, default, text in RUN_OPTIONS:
+            parser.add_argument(f"--{name}", type=kind, default=default, help=text)
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
         # Name the new key of a config key that moved (e.g. grouped options) before jsonargparse
