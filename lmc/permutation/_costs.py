@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from lmc.permutation.spec import PermutationSpec, StateDict
+from lmc.permutation.spec import PermutationSpec, StateDict, read_back
 
 
 def _trace(prod: Tensor, p: Tensor) -> Tensor:
@@ -280,7 +280,7 @@ class SourceCache:
         compared element for element, read back from the device once for all of them); the
         entries that differ are copied again, and their members rebuilt, when first used."""
         self._checked.clear()
-        flags: dict[torch.device, list[tuple[str, Tensor]]] = {}
+        comparable = []
         for key in keys:
             kept, new = self.copies.get(key), b[key]
             if (
@@ -289,11 +289,9 @@ class SourceCache:
                 and kept.dtype == new.dtype
                 and kept.device == new.device
             ):
-                same = (kept == new).all() if kept.numel() else new.new_ones((), dtype=torch.bool)
-                flags.setdefault(new.device, []).append((key, same))
-        for pairs in flags.values():
-            values = torch.stack([f for _, f in pairs]).tolist()
-            self._checked.update(key for (key, _), ok in zip(pairs, values) if ok)
+                comparable.append(key)
+        same = read_back([(self.copies[k] == b[k]).all() for k in comparable])
+        self._checked.update(key for key, ok in zip(comparable, same) if ok)
 
     def _copy(self, key: str, b: Tensor) -> Tensor:
         if key not in self._checked:  # new, or not equal to the kept copy

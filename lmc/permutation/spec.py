@@ -19,9 +19,10 @@ takes new unit ``i`` of a group from old unit ``perm[group][i]``: in matrix form
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -267,6 +268,19 @@ def random_permutation(
     return {g: torch.randperm(n, generator=generator) for g, n in sizes.items()}
 
 
+def read_back(values: Sequence[Tensor]) -> list[Any]:
+    """The Python values of 0-d tensors of one dtype, in order, read back once per device (one
+    stack, one copy) instead of once per tensor: each read-back of a GPU value waits for it."""
+    by_device: dict[torch.device, list[int]] = {}
+    for i, v in enumerate(values):
+        by_device.setdefault(v.device, []).append(i)
+    out: list[Any] = [None] * len(values)
+    for index in by_device.values():
+        for i, v in zip(index, torch.stack([values[i] for i in index]).tolist()):
+            out[i] = v
+    return out
+
+
 def check_permutation(perm: Mapping[str, Tensor], sizes: Mapping[str, int]) -> None:
     """Raise :class:`SpecError` unless ``perm`` holds a valid permutation for every group.
 
@@ -289,10 +303,7 @@ def check_permutation(perm: Mapping[str, Tensor], sizes: Mapping[str, int]) -> N
             p = perm[g]
             once = torch.bincount(p.clamp(0, n - 1), minlength=n) == 1
             flags.append((p.min() >= 0) & (p.max() < n) & once.all())
-    by_device: dict[torch.device, list[Tensor]] = {}
-    for f in flags:
-        by_device.setdefault(f.device, []).append(f)
-    if all(bool(torch.stack(fs).all()) for fs in by_device.values()):
+    if all(read_back(flags)):
         return
     for g, n in sizes.items():
         p = perm[g]
@@ -307,12 +318,12 @@ def check_finite(state: StateDict, name: str = "state dict") -> None:
 
     One reduction per entry (``<t, t>``: NaN and inf propagate), read back from the device once
     for all of them; only when one is not finite (or overflows) are its values counted."""
-    dots: dict[torch.device, list[Tensor]] = {}
-    for t in state.values():
-        if t.dtype.is_floating_point and t.numel():
-            flat = t.reshape(-1)
-            dots.setdefault(t.device, []).append(torch.dot(flat, flat).float())
-    if all(bool(torch.isfinite(torch.stack(ds)).all()) for ds in dots.values()):
+    dots = [
+        torch.dot(t.reshape(-1), t.reshape(-1)).float()
+        for t in state.values()
+        if t.dtype.is_floating_point and t.numel()
+    ]
+    if all(math.isfinite(v) for v in read_back(dots)):
         return
     for key, t in state.items():
         if not t.dtype.is_floating_point or not t.numel():
