@@ -237,9 +237,9 @@ class TimedSolver:
     def __init__(self, solver: str | LapSolver) -> None:
         self.fn, self.returns_duals = get_solver(solver)
         self.warm_start = accepts_warm(self.fn)
-        #: the built-in solvers release the GIL (numba ``nogil``, scipy's C++), so independent
-        #: problems solve at once in threads; a callable may not be thread-safe
-        self.concurrent = not callable(solver)
+        #: problems solved at once by default: the built-in solvers release the GIL (numba
+        #: ``nogil``, scipy's C++), so one per core; a callable may not be thread-safe, so one
+        self.workers = 1 if callable(solver) else available_cores()
         self.calls = 0
         self.seconds = 0.0
 
@@ -267,9 +267,7 @@ class TimedSolver:
         those of solving them one by one. A problem the solver rejects gets its
         :class:`LapInputError` in its place; :attr:`seconds` counts the wall time once."""
         t0 = time.perf_counter()
-        if workers is None:
-            workers = available_cores() if self.concurrent else 1
-        workers = max(1, min(workers, len(problems)))
+        workers = max(1, min(workers or self.workers, len(problems)))
         if workers == 1:
             out = [self._try(cost, warm) for cost, warm in problems]
         else:  # contiguous chunks, one a thread; the caller's thread takes the first

@@ -51,13 +51,7 @@ from torch import Tensor, nn
 from lmc.permutation._costs import Member, Problem, SourceCache
 from lmc.permutation.apply import apply_permutation
 from lmc.permutation.coupled import coupled_start
-from lmc.permutation.lap import (
-    LapInputError,
-    LapSolution,
-    LapSolver,
-    TimedSolver,
-    available_cores,
-)
+from lmc.permutation.lap import LapInputError, LapSolution, LapSolver, TimedSolver
 from lmc.permutation.spec import (
     Permutation,
     PermutationSpec,
@@ -240,7 +234,7 @@ def weight_matching(
             f"got {solver!r}"
         )
     device = a[keys[0]].device if keys else torch.device("cpu")
-    at_once = workers or (available_cores() if lap.concurrent else 1)
+    at_once = workers or lap.workers
 
     init_perm: Mapping[str, Tensor] | None = init.perm if isinstance(init, MatchingState) else init
     duals: Duals = {}
