@@ -13,7 +13,8 @@ from typing import Any
 from lmc.engine.parse import ConfigError
 from lmc.engine.parse import resolve_config as _parse
 from lmc.studies.keys import cli_value, config_args, has_key, near_keys
-from lmc.studies.schema import Study, StudyError
+from lmc.studies.plan import MEMBER
+from lmc.studies.schema import SEED_KEY, TRAIN_STAGE, Study, StudyError
 
 
 def resolve_config(args: Sequence[str]) -> dict[str, Any]:
@@ -172,7 +173,7 @@ def _check_grid(
 NUM_MODELS_KEY = "model.init_args.num_models"
 #: the one option a job's seed sets; it changes no other option, so configs differing only in
 #: it parse alike
-SEED_ARG = "--seed_everything="
+SEED_ARG = f"--{SEED_KEY}="
 
 
 def check_job_configs(jobs: Sequence[Any], resolved: Mapping[str, Mapping[str, Any]]) -> None:
@@ -190,18 +191,18 @@ def check_job_configs(jobs: Sequence[Any], resolved: Mapping[str, Mapping[str, A
     errors: list[str] = []
     seen: set[tuple[str, ...]] = set()
     for job in jobs:
-        if job.command not in ("fit", "validate"):
+        if job.command == MEMBER:
             continue  # a population member: its leader's configuration is the one that runs
         args = tuple(a for a in job.args if not a.startswith(SEED_ARG))  # the command first
         if args in seen:
             continue
         seen.add(args)
-        coords = {k: v for k, v in job.coordinates.items() if k != "seed_everything"}
+        coords = {k: v for k, v in job.coordinates.items() if k != SEED_KEY}
         where = f"stage {job.stage!r} job {json.dumps(coords, default=str)}"
         try:
             config = resolve_config(args)
             check_names(config, where)
-            if job.stage in resolved and job.stage != "train":  # an evaluate stage
+            if job.stage in resolved and job.stage != TRAIN_STAGE:  # an evaluate stage
                 _check_same_net(resolved["train"], config, where)
         except StudyError as err:
             text = str(err)

@@ -186,15 +186,15 @@ class StudyStore:
             run = self.run_dir(job)
         except StudyError as err:
             return str(err)
-        files = [self.job_dir(job) / JOB_FILE, run / "summary.json"]
-        files += sorted((run / "checkpoints").glob("*.ckpt"))
+        ckpts = sorted((run / "checkpoints").glob("*.ckpt"))
+        files = [self.job_dir(job) / JOB_FILE, run / "summary.json", *ckpts]
         signature = tuple(
             (str(f), st.st_size, st.st_mtime_ns) for f in files if (st := _stat(f)) is not None
         )
         kept = self._damage.get(job_id(job))
         if kept is not None and kept[0] == signature:
             return kept[1]
-        why = _damage_of(run)
+        why = _damage_of(run, ckpts)
         self._damage[job_id(job)] = (signature, why)
         return why
 
@@ -209,9 +209,9 @@ class StudyStore:
         return dest
 
 
-def _damage_of(run: Path) -> str | None:
+def _damage_of(run: Path, ckpts: list[Path]) -> str | None:
     """What cannot be read of a done job's run folder: its ``summary.json`` parsed, its
-    checkpoints checked to be whole zip archives (torch's format)."""
+    checkpoints ``ckpts`` checked to be whole zip archives (torch's format)."""
     from lmc.results import RecordError, read_record
 
     if (run / "summary.json").is_file():
@@ -219,7 +219,7 @@ def _damage_of(run: Path) -> str | None:
             read_record(run)
         except RecordError as err:
             return str(err)
-    for ckpt in sorted((run / "checkpoints").glob("*.ckpt")):
+    for ckpt in ckpts:
         if not _whole_zip(ckpt):
             return f"{ckpt} is not a whole checkpoint (truncated or overwritten)"
     return None

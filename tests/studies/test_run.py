@@ -242,7 +242,9 @@ def test_damage_is_checked_once_per_job_until_its_outputs_change(tiny_run, tmp_p
     out = copy_run(tiny_run, tmp_path)
     reads = []
     real = store_module._damage_of
-    monkeypatch.setattr(store_module, "_damage_of", lambda run: reads.append(run) or real(run))
+    monkeypatch.setattr(
+        store_module, "_damage_of", lambda run, ckpts: reads.append(run) or real(run, ckpts)
+    )
     job = next(j for j in StudyStore(out).plan() if j["stage"] == "barrier")
     assert StudyStore(out).damage(job) is None and StudyStore(out).damage(job) is None
     assert len(reads) == 1
