@@ -44,8 +44,8 @@ class RunConfigSaver(SaveConfigCallback):
             return
         path = run_dir(trainer) / self.config_filename
         if trainer.is_global_zero and not path.exists():  # a resumed run keeps its config
-            text = self.parser.dump(self.config, skip_none=False)
-            atomic_write(path, lambda f: f.write(config_to_save(text)), mode="w")
+            self._dumped = self.parser.dump(self.config, skip_none=False)  # one dump for both
+            atomic_write(path, lambda f: f.write(config_to_save(self._dumped)), mode="w")
             self.save_config(trainer, pl_module, stage)
         self.already_saved = True
         self.already_saved = trainer.strategy.broadcast(self.already_saved)
@@ -53,8 +53,8 @@ class RunConfigSaver(SaveConfigCallback):
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # The whole resolved config (model, data, trainer, seed) into the logger's run config.
         if trainer.logger is not None:
-            dumped = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
-            trainer.logger.log_hyperparams(drop_unserializable(dumped))
+            text = getattr(self, "_dumped", None) or self.parser.dump(self.config, skip_none=False)
+            trainer.logger.log_hyperparams(drop_unserializable(yaml.safe_load(text)))
 
 
 #: the options ``lmc`` adds to LightningCLI's: (name, type, default, help)
