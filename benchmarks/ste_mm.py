@@ -44,6 +44,7 @@ from lmc.interpolation import cache_batches  # noqa: E402
 from lmc.io import load_checkpoint, model_state_dict  # noqa: E402
 from lmc.merging import (  # noqa: E402
     STEMM,
+    Merged,
     evaluate_sweep,
     merge_many_perms,
     parameter_keys,
@@ -227,7 +228,10 @@ def main() -> None:
         net,
         states,
         spec,
-        {"stemm": {n: stemm}, "wm_ref": {n: wm_ref}, "mergemany": {n: mm}},
+        {
+            name: {n: Merged.from_perms(states, spec, perms)}
+            for name, perms in (("stemm", stemm), ("wm_ref", wm_ref), ("mergemany", mm))
+        },
         splits,
         align_batches=align,
         pairwise=True,

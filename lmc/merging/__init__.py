@@ -10,12 +10,15 @@
   sharpness (§6.2); :mod:`lmc.merging.geometry`: distance ratios and triplet angles (§6.1);
 * :mod:`lmc.merging.ccmm`: cycle-consistent multi-model matching by Frank-Wolfe (C2M3;
   registered as the ``ccmm`` merge method); :mod:`lmc.merging.sinkhorn`: Sinkhorn re-basin
-  (Peña et al. 2023).
+  (Peña et al. 2023); :mod:`lmc.merging.otfusion` and :mod:`lmc.merging.fedma`: OTFusion and
+  FedMA, registered with prune-before-align in :mod:`lmc.merging.fusion`;
+* :mod:`lmc.merging.contract`: the one registry of merge methods, :data:`MERGE_METHODS`, every
+  entry ``method(MergeInputs, **options) -> Merged`` (``naive``, ``wm_ref``, ``mergemany``,
+  ``ccmm``, ``sinkhorn``, ``otfusion``, ``fedma``, ``stemm``), and :func:`merge_sweep`.
 """
 
 from lmc.merging.baselines import (
     BASELINES,
-    MERGE_METHODS,
     Baseline,
     align_states,
     baseline_sweep,
@@ -25,6 +28,16 @@ from lmc.merging.baselines import (
     wm_to_reference,
 )
 from lmc.merging.ccmm import CCMMResult, ccmm, ccmm_merge, ccmm_perms, pairwise_permutation
+from lmc.merging.contract import (
+    MERGE_METHODS,
+    Merged,
+    MergeInputs,
+    MergeMethod,
+    by_permutation,
+    check_options,
+    merge_sweep,
+    method_options,
+)
 from lmc.merging.evaluate import (
     MergeEvaluation,
     MergeSweep,
@@ -34,15 +47,15 @@ from lmc.merging.evaluate import (
     evaluate_sweep,
 )
 from lmc.merging.fedma import fedma, local_train, match_layer
+from lmc.merging.fusion import fedma_merge, otfusion_merge
 from lmc.merging.geometry import (
     describe,
     distance_ratios,
     pairwise_distances,
     triplet_angles,
 )
-from lmc.merging.loop import STEResult, ste, ste_mm
+from lmc.merging.loop import STEResult, ste, ste_mm, stemm_merge
 from lmc.merging.otfusion import (
-    FUSION_METHODS,
     FusionResult,
     Pruning,
     check_fusion_models,
@@ -54,6 +67,7 @@ from lmc.merging.sinkhorn import (
     SinkhornRebasin,
     SinkhornResult,
     sinkhorn,
+    sinkhorn_merge,
     sinkhorn_optimizer,
     sinkhorn_rebasin,
     temperature,
@@ -68,6 +82,17 @@ from lmc.merging.ste import (
 )
 
 __all__ = [
+    "MergeInputs",
+    "MergeMethod",
+    "Merged",
+    "by_permutation",
+    "check_options",
+    "merge_sweep",
+    "method_options",
+    "fedma_merge",
+    "otfusion_merge",
+    "sinkhorn_merge",
+    "stemm_merge",
     "CCMMResult",
     "SinkhornRebasin",
     "SinkhornResult",
@@ -79,7 +104,6 @@ __all__ = [
     "sinkhorn_optimizer",
     "sinkhorn_rebasin",
     "temperature",
-    "FUSION_METHODS",
     "FusionResult",
     "Pruning",
     "check_fusion_models",

@@ -6,9 +6,9 @@
   (the two-model method applied n - 1 times; 004 §3.1, Fig. 1).
 * :func:`merge_many_perms`: MergeMany (Ainsworth et al. 2023, App. A.10; 004 §5), each model
   matched to the mean of the others until the total distance stops falling.
-* :data:`MERGE_METHODS`: the registry of merge methods by name (``naive``, ``wm_ref``,
-  ``mergemany``), each ``method(states, spec, *, keys, reference, method, seed) -> perms``. A new
-  method is one function plus ``MERGE_METHODS.register("name")``.
+* the ``naive``, ``wm_ref`` and ``mergemany`` entries of :data:`~lmc.merging.MERGE_METHODS`
+  (:mod:`lmc.merging.contract`): each a function ``(states, spec, *, keys, reference, method,
+  seed) -> perms`` registered through :func:`~lmc.merging.contract.by_permutation`.
 
 Permutations are lists with one entry per model; ``apply_permutation(states[i], spec, perms[i])``
 gives ``pi_i(theta_i)``. The reference model's permutation is the identity.
@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from torch import Tensor, nn
 
 from lmc.interpolation.states import check_compatible
+from lmc.merging.contract import MERGE_METHODS, MergeInputs, by_permutation, merge_sweep
 from lmc.permutation import (
     Permutation,
     PermutationSpec,
@@ -33,7 +34,6 @@ from lmc.permutation import (
     weight_matching,
 )
 from lmc.permutation.weight_matching import Method
-from lmc.registry import Registry
 
 StateDict = Mapping[str, Tensor]
 Baseline = str  # a name registered in MERGE_METHODS
@@ -181,16 +181,11 @@ def _select(state: StateDict, keys: Sequence[str] | None) -> StateDict:
     return state if keys is None else {k: state[k] for k in keys}
 
 
-MERGE_METHODS: Registry = Registry(
-    "baseline merge method",
-    "method(states, spec, *, keys=None, reference=0, method='accelerated', seed=0) -> perms",
-)
-MERGE_METHODS.register("naive")(naive_perms)
-MERGE_METHODS.register("wm_ref")(wm_to_reference)
-MERGE_METHODS.register("mergemany")(merge_many_perms)
-# each model of wm_ref is matched on its own, so the perms of the first n models are the first n
-# of one run over all models: one call serves every n of a sweep
-_NESTED = {"wm_ref"}
+MERGE_METHODS.register("naive")(by_permutation(naive_perms))
+# each model of wm_ref is matched on its own: the perms of the first n models are the first n of
+# one run over all models, so one call serves every n of a sweep
+MERGE_METHODS.register("wm_ref")(by_permutation(wm_to_reference, nested=True))
+MERGE_METHODS.register("mergemany")(by_permutation(merge_many_perms))
 
 
 def baseline_sweep(
@@ -204,18 +199,19 @@ def baseline_sweep(
     method: Method = "accelerated",
     seed: int = 0,
 ) -> dict[int, list[Permutation]]:
-    """A merge method's permutations of the first n models for every n in ``num_models``.
+    """The permutations of a permuting merge method (:data:`MERGE_METHODS`) of the first n
+    models for every n in ``num_models``; data-free methods only (see :func:`merge_sweep`).
 
-    ``baseline`` names a function of :data:`MERGE_METHODS` (``naive``: identities, plain
-    averaging; ``wm_ref``: :func:`wm_to_reference`, one run over all models serves every n;
-    ``mergemany``: :func:`merge_many_perms` run afresh for every n).
+    Raises:
+        ValueError: a method that does not permute (OTFusion, FedMA).
     """
-    fn = MERGE_METHODS.get(baseline)
-    kwargs = {"reference": reference, "keys": keys, "method": method, "seed": seed}
-    if baseline in _NESTED:
-        perms = fn(states[: max(num_models)], spec, **kwargs)
-        return {n: perms[:n] for n in num_models}
-    return {n: fn(states[:n], spec, **kwargs) for n in num_models}
+    inputs = MergeInputs(states, spec, keys=keys, reference=reference, seed=seed, wm_method=method)
+    out = {}
+    for n, merged in merge_sweep(inputs, baseline, num_models).items():
+        if merged.perms is None:
+            raise ValueError(f"merge method {baseline!r} returns no permutations")
+        out[n] = merged.perms
+    return out
 
 
-BASELINES: tuple[str, ...] = tuple(MERGE_METHODS.names())  # the built-in merge methods
+BASELINES: tuple[str, ...] = ("naive", "wm_ref", "mergemany")  # the data-free matching baselines

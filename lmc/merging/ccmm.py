@@ -41,7 +41,8 @@ from torch import Tensor, nn
 
 from lmc.curves.birkhoff import permutation_matrix, round_to_permutation
 from lmc.interpolation.states import check_compatible
-from lmc.merging.baselines import MERGE_METHODS, align_states
+from lmc.merging.baselines import align_states
+from lmc.merging.contract import MERGE_METHODS, by_permutation
 from lmc.permutation import (
     Permutation,
     PermutationSpec,
@@ -372,7 +373,6 @@ def ccmm_merge(
     return ccmm(models, spec, **kwargs).merged  # type: ignore[arg-type]
 
 
-@MERGE_METHODS.register("ccmm")
 def ccmm_perms(
     states: Sequence[StateDict],
     spec: PermutationSpec,
@@ -387,3 +387,6 @@ def ccmm_perms(
     ``ccmm`` method of :data:`~lmc.merging.MERGE_METHODS`. ``method`` and ``seed`` are unused
     (Frank-Wolfe is deterministic and solves its own assignment problems)."""
     return ccmm(states, spec, keys=keys, reference=reference, max_iter=max_iter).perms
+
+
+MERGE_METHODS.register("ccmm")(by_permutation(ccmm_perms))

@@ -21,10 +21,12 @@ from torch import Tensor, nn
 from lmc.evaluation import LossName, batch_loss, evaluate, has_batchnorm, reset_bn
 from lmc.interpolation.states import weighted_average
 from lmc.io import load_state
-from lmc.merging.baselines import align_states, parameter_keys
+from lmc.merging.baselines import parameter_keys
+from lmc.merging.contract import Merged
 from lmc.merging.geometry import describe, distance_ratios, pairwise_distances, triplet_angles
+from lmc.merging.otfusion import materialize
 from lmc.metrics import hutchinson_trace
-from lmc.permutation import Permutation, PermutationSpec
+from lmc.permutation import PermutationSpec, apply_permutation
 
 StateDict = Mapping[str, Tensor]
 Batches = Sequence[Any]
@@ -121,10 +123,11 @@ def _load_merge(
 
 def evaluate_merge(
     net: nn.Module,
-    aligned: Sequence[StateDict],
+    aligned: Sequence[StateDict] | None,
     splits: Mapping[str, Batches],
     originals: OriginalStats,
     *,
+    merged: StateDict | None = None,
     method: str = "merge",
     loss: LossName = "cross_entropy",
     align_batches: Batches | None = None,
@@ -134,11 +137,14 @@ def evaluate_merge(
     sharpness_probes: int = 0,
     seed: int = 0,
 ) -> MergeEvaluation:
-    """Evaluate the merge of the permuted models ``aligned`` (``[pi_i(theta_i)]``).
+    """Evaluate the merge of the permuted models ``aligned`` (``[pi_i(theta_i)]``), or a merged
+    state of a method that does not permute (``aligned=None``: no pairwise merges, no geometry).
 
     Args:
         net: the architecture (copied; not modified).
-        aligned: the n permuted models' full state dicts.
+        aligned: the n permuted models' full state dicts, or ``None``.
+        merged: the merged state (default the average of ``aligned``); its widths may differ
+            from ``net``'s.
         splits: split name -> cached ``(x, y)`` batches (``train`` = the alignment subset).
         originals: :func:`evaluate_originals` of the same n models (use ``.prefix(n)``).
         method: label stored in the result.
@@ -150,12 +156,16 @@ def evaluate_merge(
             turns it on (same probes and seed as for the originals).
         seed: seed of the sharpness probes.
     """
-    n = len(aligned)
+    if aligned is None and merged is None:
+        raise ValueError("give the permuted models (aligned) or the merged state (merged)")
+    n = len(aligned) if aligned is not None else len(originals.metrics)
     if len(originals.metrics) != n:
         raise ValueError(f"got {n} aligned models but statistics of {len(originals.metrics)}")
-    model = copy.deepcopy(net)
     metrics: dict[str, float] = {}
-    _load_merge(model, aligned, align_batches)
+    if merged is None:
+        model = _load_merge(copy.deepcopy(net), aligned, align_batches)  # type: ignore[arg-type]
+    else:
+        model = _load_merge(materialize(net, merged), [merged], align_batches)
     for key, value in _eval_splits(model, splits, loss).items():
         split, stat = key.split("/")
         metrics[key] = value
@@ -166,6 +176,8 @@ def evaluate_merge(
         metrics["sharpness"] = _sharpness(model, sharpness_batches, loss, sharpness_probes, seed)
         if originals.sharpness:
             metrics["originals_sharpness"] = sum(originals.sharpness) / len(originals.sharpness)
+    if aligned is None:
+        return MergeEvaluation(method, n, metrics, [], [])
     if pairwise:
         names = list(pairwise_splits) if pairwise_splits else [list(splits)[-1]]
         sums: dict[str, float] = {}
@@ -213,7 +225,7 @@ def evaluate_sweep(
     net: nn.Module,
     states: Sequence[StateDict],
     spec: PermutationSpec,
-    perms: Mapping[str, Mapping[int, Sequence[Permutation]]],
+    merges: Mapping[str, Mapping[int, Merged]],
     splits: Mapping[str, Batches],
     *,
     loss: LossName = "cross_entropy",
@@ -227,12 +239,14 @@ def evaluate_sweep(
     """:func:`evaluate_merge` for every method and every n (merging the first n of ``states``).
 
     Args:
-        perms: method -> n -> one permutation per model (e.g. STE-MM's and the baselines').
+        merges: method -> n -> its :class:`~lmc.merging.Merged` of the first n models (e.g.
+            :func:`~lmc.merging.merge_sweep`'s); a merge with permutations is evaluated with
+            its pairwise merges and geometry, one without on its merged state alone.
         Others: as in :func:`evaluate_merge`; the originals are evaluated once.
     """
-    sizes = [n for by_n in perms.values() for n in by_n]
+    sizes = [n for by_n in merges.values() for n in by_n]
     if not sizes:
-        raise ValueError("nothing to evaluate: no method has permutations")
+        raise ValueError("nothing to evaluate: no method has a merge")
     top = max(sizes)
     originals = evaluate_originals(
         net,
@@ -244,14 +258,19 @@ def evaluate_sweep(
         seed=seed,
     )
     evaluations = []
-    for method, by_n in perms.items():
+    for method, by_n in merges.items():
         for n in sorted(by_n):
+            result = by_n[n]
+            aligned = None
+            if result.perms is not None:
+                aligned = [apply_permutation(s, spec, p) for s, p in zip(states[:n], result.perms)]
             evaluations.append(
                 evaluate_merge(
                     net,
-                    align_states(states[:n], spec, by_n[n]),
+                    aligned,
                     splits,
                     originals.prefix(n),
+                    merged=None if aligned is not None else result.state,
                     method=method,
                     loss=loss,
                     align_batches=align_batches,

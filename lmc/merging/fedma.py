@@ -30,7 +30,6 @@ from scipy.optimize import linear_sum_assignment
 from torch import Tensor, nn
 
 from lmc.merging.otfusion import (
-    FUSION_METHODS,
     FusionResult,
     Pruning,
     check_fusion_models,
@@ -328,6 +327,3 @@ def _average_rest(
             wts = torch.full((J,) + (1,) * ref.ndim, 1.0 / J, dtype=torch.float64)
         out[key] = (stack * wts.to(stack.device)).sum(0).to(ref.dtype)
     return out
-
-
-FUSION_METHODS.register("fedma")(fedma)

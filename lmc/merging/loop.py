@@ -14,6 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from lmc.evaluation import LossName
+from lmc.interpolation.states import weighted_average
+from lmc.merging.contract import MERGE_METHODS, Merged, MergeInputs
 from lmc.merging.ste import STEMM, Mixing
 from lmc.optim import default_optimizer
 from lmc.permutation import Permutation, PermutationSpec, apply_permutation
@@ -149,3 +151,40 @@ def ste(
         max_steps=max_steps,
     )
     return result.perms[1], result.aligned[1], result
+
+
+@MERGE_METHODS.register("stemm")
+def stemm_merge(
+    inputs: MergeInputs,
+    *,
+    epochs: int = 10,
+    lr: float = 1e-3,
+    mixing: Mixing = "dirichlet",
+    keep_best: bool = False,
+    max_steps: int | None = None,
+) -> Merged:
+    """STE-MM (004 Alg. 1) as a merge method: :func:`ste_mm` over the training split with Adam
+    at ``lr`` (004 App. B.2: 10 epochs, lr 1e-3), the models matched to the inputs' reference.
+    Diagnostics: ``final_loss`` (the last batch's) and per epoch ``epoch_seconds`` and
+    ``wm_seconds``."""
+    res = ste_mm(
+        inputs.need("net", "stemm"),
+        inputs.states,
+        inputs.need("train_batches", "stemm"),
+        epochs=epochs,
+        optimizer=lambda params: torch.optim.Adam(params, lr=lr),
+        spec=inputs.spec,
+        reference=inputs.reference,
+        method=inputs.wm_method,
+        mixing=mixing,
+        keep_best=keep_best,
+        loss=inputs.loss,
+        seed=inputs.seed,
+        max_steps=max_steps,
+    )
+    diagnostics = {
+        "final_loss": res.losses[-1] if res.losses else float("nan"),
+        "epoch_seconds": res.epoch_seconds,
+        "wm_seconds": res.wm_seconds,
+    }
+    return Merged(weighted_average(res.aligned), res.perms, diagnostics)

@@ -38,7 +38,6 @@ from torch import Tensor, nn
 
 from lmc.permutation.spec import PermutationSpec, SpecError, StateDict
 from lmc.pruning import make_permanent, prune_magnitude, rate_schedule
-from lmc.registry import Registry
 
 Metric = Literal["weight", "activation"]
 Marginals = str | Mapping[str, Sequence[float]]
@@ -412,10 +411,3 @@ def otfusion(
             total += w[i] * t
         fused[key] = total.to(ref.dtype)
     return FusionResult(fused, dict(target), plans, {"metric": metric, "base": base})
-
-
-FUSION_METHODS: Registry = Registry(
-    "fusion method",
-    "method(states, spec, *, net=None, pruning=None, **options) -> FusionResult",
-)
-FUSION_METHODS.register("otfusion")(otfusion)

@@ -41,6 +41,7 @@ from lmc.curves.birkhoff import permutation_matrix, round_to_permutation
 from lmc.curves.pam import soft_permute
 from lmc.evaluation import LossName, batch_loss
 from lmc.merging.baselines import check_models, parameter_keys
+from lmc.merging.contract import MERGE_METHODS, Merged, MergeInputs
 from lmc.merging.ste import Mixing, ModelBank, sample_mixing_weights
 from lmc.permutation import (
     Permutation,
@@ -312,3 +313,54 @@ def sinkhorn_rebasin(
     result.aligned = apply_permutation(model_b, search.spec, result.perm)
     result.seconds = time.perf_counter() - t0
     return result.perm, result.aligned, result
+
+
+@MERGE_METHODS.register("sinkhorn")
+def sinkhorn_merge(
+    inputs: MergeInputs,
+    *,
+    epochs: int = 1,
+    lr: float | None = None,
+    tau_start: float = 1.0,
+    tau_end: float = 0.01,
+    sinkhorn_iters: int = 20,
+    mixing: Mixing = "midpoint",
+    init: Init = "identity",
+    init_scale: float = 1.0,
+    max_steps: int | None = None,
+) -> Merged:
+    """Sinkhorn re-basin (Peña et al. 2023) as a merge method: every model aligned to the
+    inputs' reference by :func:`sinkhorn_rebasin` on the training split (seed ``seed + i``),
+    then averaged. Diagnostics: each model's final batch loss (``final_loss/model{i}``)."""
+    net = inputs.need("net", "sinkhorn")
+    batches = inputs.need("train_batches", "sinkhorn")
+    ref = inputs.states[inputs.reference]
+    device = next(iter(ref.values())).device
+    perms: list[Permutation] = []
+    diagnostics: dict[str, Any] = {}
+    for i, state in enumerate(inputs.states):
+        if i == inputs.reference:
+            perms.append(identity_permutation(inputs.spec.sizes(ref), device))
+            continue
+        perm, _, res = sinkhorn_rebasin(
+            net,
+            ref,
+            state,
+            batches,
+            spec=inputs.spec,
+            epochs=epochs,
+            lr=lr,
+            tau_start=tau_start,
+            tau_end=tau_end,
+            sinkhorn_iters=sinkhorn_iters,
+            mixing=mixing,
+            init=init,
+            init_scale=init_scale,
+            loss=inputs.loss,
+            seed=inputs.seed + i,
+            max_steps=max_steps,
+        )
+        perms.append(perm)
+        if res.losses:
+            diagnostics[f"final_loss/model{i}"] = res.losses[-1]
+    return Merged.from_perms(inputs.states, inputs.spec, perms, diagnostics)

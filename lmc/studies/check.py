@@ -31,14 +31,15 @@ def resolve_config(args: Sequence[str]) -> dict[str, Any]:
 
 def check_names(resolved: Mapping[str, Any], where: str) -> None:
     """The registry names of a resolved config's task (``model.init_args``): a matcher, merge
-    methods and baselines, a barrier definition must be registered ones. The task checks the
+    methods and baselines, a barrier definition must be registered ones, and merge methods'
+    options ones they take. The task checks the
     same when it is built; here it is checked before any job of the study runs.
 
     Raises:
         StudyError: an unknown name, naming the config field, ``where`` and the valid names.
     """
     from lmc.interpolation.barrier import check_definition
-    from lmc.merging import MERGE_METHODS
+    from lmc.merging import MERGE_METHODS, check_options
     from lmc.permutation.matchers import MATCHERS
 
     model = resolved.get("model")
@@ -50,6 +51,9 @@ def check_names(resolved: Mapping[str, Any], where: str) -> None:
         "methods": lambda v, f: [MERGE_METHODS.check(m, f) for m in v],
         "baselines": lambda v, f: [MERGE_METHODS.check(m, f) for m in v],
         "barrier": check_definition,
+        "method_options": lambda v, f: check_options(
+            v, init.get("methods") or list(v), f  # the task's default methods take none
+        ),
     }
     for key, check in checks.items():
         value = init.get(key)

@@ -49,6 +49,36 @@ def eval_and_align_batches(
     return batches, align
 
 
+class LazyBatches(Sequence):
+    """Batches read (and cached) at first use: a split only a few methods need costs nothing to
+    the others, e.g. the training split of a merge method that trains."""
+
+    def __init__(self, load: Callable[[], list]) -> None:
+        self._load, self._batches = load, None
+
+    @property
+    def batches(self) -> list:
+        if self._batches is None:
+            self._batches = self._load()
+        return self._batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.batches[i]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.batches)
+
+
+def train_batches(datamodule: Any, device: Any) -> LazyBatches:
+    """One pass of the data module's training loader on ``device``, read at first use."""
+    return LazyBatches(
+        lambda: [tuple(t.to(device) for t in b) for b in datamodule.train_dataloader()]
+    )
+
+
 def default_loss(datamodule: Any) -> LossName:
     """``mse`` for a regression data module (``task = "regression"``), else ``cross_entropy``."""
     return (

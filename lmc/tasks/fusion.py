@@ -4,24 +4,31 @@ record (``summary.json``, kind ``fusion``) and logs it like the other merges."""
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from lmc.data.federated import client_batches, client_class_counts, dirichlet_split
+from lmc.data.federated import client_batches, dirichlet_split
 from lmc.evaluation import evaluate, has_batchnorm, reset_bn
 from lmc.interpolation.states import weighted_average
 from lmc.io import load_endpoints
-from lmc.merging.fedma import fedma, local_train
-from lmc.merging.otfusion import PruneStrategy, Pruning, materialize, otfusion
+from lmc.merging.contract import MERGE_METHODS, MergeInputs, method_options
+from lmc.merging.fedma import local_train
+from lmc.merging.otfusion import PruneStrategy, materialize
 from lmc.results import RunRecord
 from lmc.results.logging import publish, run_config
-from lmc.tasks.base import EvaluationTask, SpecSource, Split, save_task_hparams, split_batches
+from lmc.tasks.base import (
+    EvaluationTask,
+    SpecSource,
+    Split,
+    save_task_hparams,
+    split_batches,
+    train_batches,
+)
 from lmc.tasks.rundir import run_dir
 
 
@@ -30,17 +37,6 @@ class _FusionBase(EvaluationTask):
 
     splits: list[str]
     max_batches: int | None
-
-    def _pruning(
-        self, rate: float, strategy: PruneStrategy, rounds: int, tune: Any
-    ) -> Pruning | None:
-        """The prune-before-align settings; ``None`` (the plain dense fusion) for ``only_prune``
-        at rate 0. A fine-tuning strategy at rate 0 keeps its rounds of fine-tuning with nothing
-        pruned: the dense models get the same training as the pruned ones (the control that
-        separates pruning from the extra training)."""
-        if rate <= 0 and strategy == "only_prune":
-            return None
-        return Pruning(rate, strategy, rounds, tune if strategy != "only_prune" else None)
 
     def _report(
         self,
@@ -149,43 +145,36 @@ class OTFusionTask(_FusionBase):
     def evaluate(self) -> None:
         with torch.inference_mode(False):
             dm = self.trainer.datamodule
-            spec = self.spec_source.resolve(dm, self.device)
-            align = split_batches(dm, ["train"], self.max_batches, self.device)["train"]
+            device = self.device
             rate, strategy, rounds, epochs, lr = self.prune
-            tune: Callable[[nn.Module], None] | None = None
-            tuned: list[int] = []  # the epochs of every fine-tuning call
-            if strategy != "only_prune":  # also at rate 0: the fine-tune-only control
-                train = [tuple(t.to(self.device) for t in b) for b in dm.train_dataloader()]
-                step = functools.partial(
-                    local_train, batches=train, epochs=epochs, lr=lr, seed=self.seed
-                )
-
-                def counted(model: nn.Module) -> None:
-                    tuned.append(epochs)
-                    step(model)
-
-                tune = counted
-            start = time.perf_counter()
-            res = otfusion(
-                [{k: v.to(self.device) for k, v in s.items()} for s in self.states],
-                spec,
-                net=self._net.to(self.device),
-                base=self.base,
-                metric=self.metric,  # type: ignore[arg-type]
-                batches=align,
+            inputs = MergeInputs(
+                [{k: v.to(device) for k, v in s.items()} for s in self.states],
+                self.spec_source.resolve(dm, device),
+                net=self._net.to(device),
+                reference=self.base,
+                seed=self.seed,
+                align_batches=split_batches(dm, ["train"], self.max_batches, device)["train"],
+                train_batches=train_batches(dm, device),
+            )
+            res = MERGE_METHODS.get("otfusion")(
+                inputs,
+                metric=self.metric,
                 marginals=self.marginals,
                 target_width=self.target_width,
                 allow_shrink=self.allow_shrink,
-                pruning=self._pruning(rate, strategy, rounds, tune),
+                prune_rate=rate,
+                prune_strategy=strategy,
+                prune_rounds=rounds,
+                finetune_epochs=epochs,
+                finetune_lr=lr,
             )
-            seconds = time.perf_counter() - start
             self._report(
                 self._net,
                 res.state,
                 self.states,
-                {"checkpoints": self.files, "widths": res.widths},
-                seconds,
-                {"finetune/epochs_per_model": sum(tuned) / len(self.states)},
+                {"checkpoints": self.files, "widths": res.diagnostics["widths"]},
+                res.diagnostics["seconds"],
+                {"finetune/epochs_per_model": res.diagnostics["finetune/epochs_per_model"]},
             )
 
 
@@ -280,24 +269,11 @@ class FedMATask(_FusionBase):
                     seed=self.seed + j,
                 )
                 states.append({k: v.detach() for k, v in model.state_dict().items()})
-            res = fedma(
-                states,
-                spec,
-                net=net,
-                client_batches=batches,
-                rounds=o["rounds"],
-                epochs=o["epochs"],
-                lr=o["lr"],
-                momentum=o["momentum"],
-                weight_decay=o["weight_decay"],
-                class_counts=client_class_counts(y, parts, int(y.max()) + 1),
-                sigma=o["sigma"],
-                sigma0=o["sigma0"],
-                gamma=o["gamma"],
-                max_width=o["max_width"],
-                pruning=Pruning(o["prune_rate"]) if o["prune_rate"] > 0 else None,
-                seed=self.seed,
+            inputs = MergeInputs(states, spec, net=net, seed=self.seed, client_batches=batches)
+            res = MERGE_METHODS.get("fedma")(
+                inputs,
+                **{k: o[k] for k in method_options(MERGE_METHODS.get("fedma")) if k in o},
             )
             seconds = time.perf_counter() - start
-            extra = {"client_sizes": [len(p) for p in parts], "widths": res.widths}
+            extra = {"client_sizes": [len(p) for p in parts], "widths": res.diagnostics["widths"]}
             self._report(net, res.state, states, extra, seconds)

@@ -14,19 +14,21 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from lmc.evaluation import has_batchnorm, reset_bn
-from lmc.interpolation.states import weighted_average
-from lmc.io import atomic_write, load_endpoints, load_state
+from lmc.io import atomic_write, load_endpoints
 from lmc.merging import (
     MERGE_METHODS,
     Baseline,
+    Merged,
+    MergeInputs,
     MergeSweep,
-    align_states,
-    baseline_sweep,
     check_models,
+    check_options,
     evaluate_sweep,
+    merge_sweep,
     parameter_keys,
 )
-from lmc.permutation import Permutation, PermutationSpec
+from lmc.merging.otfusion import materialize
+from lmc.permutation import PermutationSpec
 from lmc.permutation.weight_matching import Method
 from lmc.tasks.base import (
     EvaluationTask,
@@ -35,7 +37,7 @@ from lmc.tasks.base import (
     default_loss,
     eval_and_align_batches,
     save_task_hparams,
-    split_batches,
+    train_batches,
 )
 from lmc.tasks.merge_report import log_merge
 
@@ -99,6 +101,39 @@ class MergeReporter:
         self.splits = list(splits) if splits else ["train", "test"]
         self.max_batches, self.pairwise, self.seed = max_batches, pairwise, seed
         self.sharpness_probes, self.sharpness_batches = sharpness_probes, sharpness_batches
+        self._batches: tuple[Any, tuple[dict[str, list], list]] | None = None
+
+    def batches(self, module: L.LightningModule) -> tuple[dict[str, list], list]:
+        """The cached evaluation splits and the alignment subset, on the module's device (read
+        once per device)."""
+        if self._batches is None or self._batches[0] != module.device:
+            dm = module.trainer.datamodule
+            batches = eval_and_align_batches(dm, self.splits, self.max_batches, module.device)
+            self._batches = (module.device, batches)
+        return self._batches[1]
+
+    def inputs(
+        self,
+        module: L.LightningModule,
+        net: nn.Module,
+        states: Sequence[Mapping[str, Tensor]],
+        spec: PermutationSpec,
+        **settings: Any,
+    ) -> MergeInputs:
+        """What the merge methods get: the models, net and batches on the module's device, the
+        parameters as matching keys, and ``settings`` (reference, seed, wm_method)."""
+        device = module.device
+        dm = module.trainer.datamodule
+        return MergeInputs(
+            [{k: v.to(device) for k, v in s.items()} for s in states],
+            spec,
+            net=copy.deepcopy(net).to(device),
+            keys=parameter_keys(net),
+            loss=default_loss(dm),
+            align_batches=self.batches(module)[1],
+            train_batches=train_batches(dm, device),
+            **settings,
+        )
 
     def run(
         self,
@@ -106,20 +141,20 @@ class MergeReporter:
         net: nn.Module,
         states: Sequence[Mapping[str, Tensor]],
         spec: PermutationSpec,
-        perms: Mapping[str, Mapping[int, Sequence[Permutation]]],
+        merges: Mapping[str, Mapping[int, Merged]],
         extra: dict[str, Any] | None = None,
     ) -> tuple[MergeSweep, Path]:
         """Evaluate every method at every n on the data module's splits and log it all."""
         trainer = module.trainer
         dm = trainer.datamodule
         device = module.device
-        splits, align = eval_and_align_batches(dm, self.splits, self.max_batches, device)
+        splits, align = self.batches(module)
         net = copy.deepcopy(net).to(device)
         sweep = evaluate_sweep(
             net,
             [{k: v.to(device) for k, v in s.items()} for s in states],
             spec,
-            perms,
+            merges,
             splits,
             loss=default_loss(dm),
             align_batches=align,
@@ -128,12 +163,25 @@ class MergeReporter:
             sharpness_probes=self.sharpness_probes,
             seed=self.seed,
         )
+        # a method's scalar diagnostics are logged beside its metrics, the rest kept as details
+        details: dict[str, dict[str, dict[str, Any]]] = {}
+        for ev in sweep.evaluations:
+            for key, value in merges[ev.method][ev.n].diagnostics.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    ev.metrics[key] = float(value)
+                else:
+                    details.setdefault(ev.method, {}).setdefault(f"n{ev.n}", {})[key] = value
+        extra = {**(extra or {}), **({"diagnostics": details} if details else {})}
         out = log_merge(trainer, sweep, extra, split=self.splits[-1])
         if trainer.is_global_zero:
             # on the CPU, so that the file loads on any machine without a map_location
             table = {
-                m: {n: [{g: t.cpu() for g, t in pi.items()} for pi in p] for n, p in by_n.items()}
-                for m, by_n in perms.items()
+                m: {
+                    n: [{g: t.cpu() for g, t in pi.items()} for pi in r.perms]
+                    for n, r in by_n.items()
+                    if r.perms is not None
+                }
+                for m, by_n in merges.items()
             }
             atomic_write(out / "permutations.pt", lambda f: torch.save(table, f))
         split = self.splits[-1]
@@ -146,35 +194,25 @@ class MergeReporter:
         rank_zero_info("\nMerged models:\n" + "\n".join(lines) + f"\nFigure and summary: {out}\n")
         return sweep, out
 
-    def merged_state(
-        self,
-        module: L.LightningModule,
-        net: nn.Module,
-        states: Sequence[Mapping[str, Tensor]],
-        spec: PermutationSpec,
-        perms: Sequence[Permutation],
-    ) -> dict[str, Tensor]:
-        """``1/n sum_i pi_i(theta_i)``, BatchNorm statistics re-estimated on the alignment
-        subset (as evaluated)."""
-        model = copy.deepcopy(net).to(module.device)
-        aligned = align_states(
-            [{k: v.to(module.device) for k, v in s.items()} for s in states], spec, perms
-        )
-        load_state(model, weighted_average(aligned))
+    def merged_state(self, module: L.LightningModule, net: nn.Module, merged: Merged) -> dict:
+        """The merged model's state, BatchNorm statistics re-estimated on the alignment subset
+        (as evaluated), on the CPU."""
+        model = materialize(net, merged.state).to(module.device)
         if has_batchnorm(model):
-            dm = module.trainer.datamodule
-            reset_bn(model, split_batches(dm, ["train"], self.max_batches, module.device)["train"])
+            reset_bn(model, self.batches(module)[1])
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
 class MergeTask(EvaluationTask):
-    """Merge the first n checkpoints for every n in ``num_models`` with the baselines and
-    report the merge metrics (004 §3, §5, §6). Run with ``lmc validate``: no training.
+    """Merge the first n checkpoints for every n in ``num_models`` with every method named and
+    report the merge metrics (004 §3, §5, §6). Run with ``lmc validate``.
 
-    Methods: ``naive`` (plain average, no permutation), ``wm_ref`` (each model weight-matched
-    to the reference checkpoint, 004 §3.1) and ``mergemany`` (Ainsworth et al. 2023, App. A.10).
-    Matching uses the parameters; BatchNorm statistics follow the permutation and are reset on
-    the alignment subset for every merged model evaluated.
+    Methods: any entry of :data:`lmc.merging.MERGE_METHODS`, e.g. ``naive`` (plain average, no
+    permutation), ``wm_ref`` (each model weight-matched to the reference checkpoint, 004 §3.1),
+    ``mergemany`` (Ainsworth et al. 2023, App. A.10), ``ccmm``, ``sinkhorn``, ``stemm`` (trained
+    on the training split), ``otfusion``, ``fedma`` or one registered in user code. Matching
+    uses the parameters; BatchNorm statistics follow the permutation and are reset on the
+    alignment subset for every merged model evaluated.
 
     Args:
         net: the architecture of the checkpoints (class_path/init_args).
@@ -182,7 +220,9 @@ class MergeTask(EvaluationTask):
             architecture.
         num_models: the numbers of models n to merge (each the first n checkpoints); default
             all of them.
-        methods: baselines to run.
+        methods: merge methods to run (names registered in ``MERGE_METHODS``).
+        method_options: per method, its keyword options (e.g. ``{stemm: {epochs: 2}}``), checked
+            against the method's signature before any work.
         reference: index of the reference checkpoint of ``wm_ref``.
         splits: evaluated splits (``train`` = the alignment subset); the last one is reported
             and used for the pairwise merges.
@@ -202,6 +242,7 @@ class MergeTask(EvaluationTask):
         checkpoints: list[str],
         num_models: list[int] | None = None,
         methods: list[Baseline] | None = None,
+        method_options: dict[str, dict[str, Any]] | None = None,
         reference: int = 0,
         splits: list[Split] | None = None,
         max_batches: int | None = None,
@@ -216,13 +257,16 @@ class MergeTask(EvaluationTask):
         save_task_hparams(self, ["net"])
         for m in methods or []:
             MERGE_METHODS.check(m, "model.init_args.methods")
+        self.methods = list(methods) if methods else ["naive", "wm_ref", "mergemany"]
+        self.method_options = check_options(
+            method_options, self.methods, "model.init_args.method_options"
+        )
         self.spec_source = SpecSource(spec, net)
         files, self.states, self.num_models = load_models(
             net, checkpoints, num_models, reference, self.spec_source
         )
         object.__setattr__(self, "_net", net)
         self.checkpoints = files
-        self.methods = list(methods) if methods else ["naive", "wm_ref", "mergemany"]
         self.reference, self.wm_method, self.seed = reference, wm_method, seed
         self.reporter = MergeReporter(
             splits, max_batches, pairwise, sharpness_probes, sharpness_batches, seed
@@ -240,20 +284,19 @@ class MergeTask(EvaluationTask):
         self.spec = check_models(
             self._net, self.states, self.spec_source.resolve(dm, self.device), self.checkpoints
         )
-        keys = parameter_keys(self._net)
-        perms = {
-            m: baseline_sweep(
-                self.states,
-                self.spec,
-                m,
-                self.num_models,
-                reference=self.reference,
-                keys=keys,
-                method=self.wm_method,
-                seed=self.seed,
-            )
+        inputs = self.reporter.inputs(
+            self,
+            self._net,
+            self.states,
+            self.spec,
+            reference=self.reference,
+            seed=self.seed,
+            wm_method=self.wm_method,
+        )
+        merges = {
+            m: merge_sweep(inputs, m, self.num_models, self.method_options.get(m))
             for m in self.methods
         }
         self.sweep, _ = self.reporter.run(
-            self, self._net, self.states, self.spec, perms, {"checkpoints": self.checkpoints}
+            self, self._net, self.states, self.spec, merges, {"checkpoints": self.checkpoints}
         )

@@ -21,10 +21,11 @@ from lmc.io import save_net_checkpoint
 from lmc.merging import (
     MERGE_METHODS,
     Baseline,
+    Merged,
     MergeSweep,
     Mixing,
     SinkhornRebasin,
-    baseline_sweep,
+    merge_sweep,
     sinkhorn_optimizer,
     temperature,
 )
@@ -152,16 +153,20 @@ class SinkhornTask(L.LightningModule):
     def on_train_end(self) -> None:
         sizes = self.spec.sizes(self._states[0])
         perm = {g: p.cpu() for g, p in self.search.permutation().items()}
-        perms = {"sinkhorn": {2: [identity_permutation(sizes), perm]}}
-        keys = [k for k, _ in self._net.named_parameters()]
+        merges = {
+            "sinkhorn": {
+                2: Merged.from_perms(self._states, self.spec, [identity_permutation(sizes), perm])
+            }
+        }
+        inputs = self.reporter.inputs(self, self._net, self._states, self.spec, seed=self.seed)
         for b in self.baselines:
-            perms[b] = baseline_sweep(self._states, self.spec, b, [2], keys=keys, seed=self.seed)
+            merges[b] = merge_sweep(inputs, b, [2])
         extra = {
             "checkpoints": self.checkpoints,
             "tau": [self.tau_start, self.tau_end],
             "init": self.init,
         }
-        self.sweep, out = self.reporter.run(self, self._net, self._states, self.spec, perms, extra)
+        self.sweep, out = self.reporter.run(self, self._net, self._states, self.spec, merges, extra)
         if self.trainer.is_global_zero and self.save_matched:
             matched = apply_permutation(self._states[1], self.spec, perm)
             save_net_checkpoint(matched, out / "matched.ckpt")

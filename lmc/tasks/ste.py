@@ -22,10 +22,11 @@ from lmc.merging import (
     MERGE_METHODS,
     STEMM,
     Baseline,
+    Merged,
     MergeSweep,
     Mixing,
     ModelBank,
-    baseline_sweep,
+    merge_sweep,
 )
 from lmc.optim import default_optimizer
 from lmc.permutation.weight_matching import Method
@@ -177,33 +178,31 @@ class STEMMTask(L.LightningModule):
         return sum(s.wm_seconds for s in self.searches.values())
 
     def on_train_end(self) -> None:
-        perms = {"stemm": {s.n: s.finalize() for s in self.searches.values()}}
-        keys = [k for k, _ in self._net.named_parameters()]
+        merges = {
+            "stemm": {
+                s.n: Merged.from_perms(self._states[: s.n], self.spec, s.finalize())
+                for s in self.searches.values()
+            }
+        }
+        inputs = self.reporter.inputs(
+            self, self._net, self._states, self.spec, reference=self.reference, seed=self.seed
+        )
         for b in self.baselines:
-            perms[b] = baseline_sweep(
-                self._states,
-                self.spec,
-                b,
-                self.num_models,
-                reference=self.reference,
-                keys=keys,
-                method="accelerated",
-                seed=self.seed,
-            )
+            merges[b] = merge_sweep(inputs, b, self.num_models)
         extra = {
             "checkpoints": self.checkpoints,
             "wm_method": self.wm_method,
             "wm_seconds": {f"n{s.n}": s.wm_seconds for s in self.searches.values()},
         }
-        self.sweep, out = self.reporter.run(self, self._net, self._states, self.spec, perms, extra)
+        self.sweep, out = self.reporter.run(self, self._net, self._states, self.spec, merges, extra)
         if self.trainer.is_global_zero:
-            self._save(out, perms["stemm"])
+            self._save(out, merges["stemm"])
 
-    def _save(self, out: Any, perms: dict[int, list]) -> None:
+    def _save(self, out: Any, merges: dict[int, Merged]) -> None:
         if not self.save_merged:
             return
-        for n, p in perms.items():
-            state = self.reporter.merged_state(self, self._net, self._states[:n], self.spec, p)
+        for n, merged in merges.items():
+            state = self.reporter.merged_state(self, self._net, merged)
             save_net_checkpoint(state, out / f"merged_n{n}.ckpt")
 
 
@@ -270,9 +269,10 @@ class STETask(STEMMTask):
             spec=spec,
         )
 
-    def _save(self, out: Any, perms: dict[int, list]) -> None:
+    def _save(self, out: Any, merges: dict[int, Merged]) -> None:
         if self.save_matched:
             from lmc.permutation import apply_permutation
 
-            matched = apply_permutation(self._states[1], self.spec, perms[2][1])
+            perm = {g: p.cpu() for g, p in merges[2].perms[1].items()}  # type: ignore[index]
+            matched = apply_permutation(self._states[1], self.spec, perm)
             save_net_checkpoint(matched, out / "matched.ckpt")

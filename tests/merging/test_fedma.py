@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from lmc.data.federated import client_batches, client_class_counts, dirichlet_split
+from lmc.merging import MERGE_METHODS
 from lmc.merging.fedma import fedma, match_layer
-from lmc.merging.otfusion import FUSION_METHODS, Pruning, materialize
+from lmc.merging.otfusion import Pruning, materialize
 from lmc.models import MLP, ResNet
 from lmc.permutation import apply_permutation, random_permutation, spec_for
 
@@ -31,7 +32,7 @@ def test_permuted_copy_is_recovered_with_one_round_and_no_retraining():
     res = fedma([state, perm, perm], spec, rounds=1, epochs=0)
     assert res.widths == spec.sizes(state)
     assert _max_diff(res.state, state) < 1e-6
-    assert "fedma" in FUSION_METHODS
+    assert "fedma" in MERGE_METHODS
 
 
 def test_unmatched_units_open_new_global_units_up_to_the_cap():

@@ -9,6 +9,8 @@ import torch
 
 from lmc.interpolation import evaluate
 from lmc.merging import (
+    Merged,
+    MergeInputs,
     align_states,
     baseline_sweep,
     describe,
@@ -17,6 +19,7 @@ from lmc.merging import (
     evaluate_originals,
     evaluate_sweep,
     merge_many_perms,
+    merge_sweep,
     pairwise_distances,
     parameter_keys,
     triplet_angles,
@@ -65,7 +68,7 @@ def test_merge_many_perms_and_wm_to_reference_agree_on_copies():
     assert all(_equal(r, models[1]) for r in ref)
     naive = baseline_sweep(models, spec, "naive", [3])[3]
     assert all(_equal(a, m) for a, m in zip(align_states(models, spec, naive), models))
-    with pytest.raises(ValueError, match="unknown baseline"):
+    with pytest.raises(ValueError, match="unknown merge method"):
         baseline_sweep(models, spec, "no_such_method", [3])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="reference=5"):
         wm_to_reference(models, spec, reference=5)
@@ -142,18 +145,23 @@ def test_naive_merge_of_permuted_copies_is_worse_and_sweep_summary():
     spec, _, models = _copies(net, 3)
     models = [{k: v * 3 for k, v in m.items()} for m in models]  # sharper functions
     splits = {"test": _data(seed=2)}
-    perms = {m: baseline_sweep(models, spec, m, [2, 3]) for m in ("naive", "wm_ref")}
-    sweep = evaluate_sweep(net, models, spec, perms, splits, pairwise=False)
+    merges = {m: merge_sweep(MergeInputs(models, spec), m, [2, 3]) for m in ("naive", "wm_ref")}
+    # a method that does not permute is evaluated on its merged state alone
+    merges["given"] = {3: Merged(merges["wm_ref"][3].state)}
+    sweep = evaluate_sweep(net, models, spec, merges, splits, pairwise=False)
     assert [(e.method, e.n) for e in sweep.evaluations] == [
         ("naive", 2),
         ("naive", 3),
         ("wm_ref", 2),
         ("wm_ref", 3),
+        ("given", 3),
     ]
     s = sweep.summary()
     assert s["naive/n3/distance_mean"] > 0 and s["wm_ref/n3/distance_mean"] == 0
     assert s["wm_ref/n3/test/loss_gap"] == pytest.approx(0.0, abs=1e-6)
     assert s["naive/n3/test/loss_gap"] != pytest.approx(0.0, abs=1e-3)
     assert "originals/model2/test/acc" in s
+    assert s["given/n3/test/loss"] == s["wm_ref/n3/test/loss"]
+    assert "given/n3/distance_mean" not in s and "given/n3/angle_mean" not in s
     with pytest.raises(ValueError, match="nothing to evaluate"):
         evaluate_sweep(net, models, spec, {}, splits)

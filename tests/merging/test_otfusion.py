@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from lmc.interpolation.states import weighted_average
+from lmc.merging import MERGE_METHODS
 from lmc.merging.fedma import local_train
 from lmc.merging.otfusion import (
-    FUSION_METHODS,
     Pruning,
     check_fusion_models,
     materialize,
@@ -44,7 +44,7 @@ def test_permuted_copy_is_recovered(metric, device):
     res = otfusion([state, perm], spec, net=net, metric=metric, batches=[(x, None)])
     assert all(t.device.type == device for t in res.state.values())
     assert _max_diff(res.state, state) < 1e-6
-    assert "otfusion" in FUSION_METHODS
+    assert "otfusion" in MERGE_METHODS
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""The matcher and merge-method registries: every registered matcher recovers a permuted copy,
-unknown names list the registered ones, and a newly registered method is used by name."""
+"""The matcher registry: every registered matcher recovers a permuted copy, unknown names list
+the registered ones, and a newly registered matcher is used by name (the merge methods' contract
+is tested in ``tests/merging/test_contract.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import pytest
 import torch
 
 from lmc.interpolation import interpolation_study
-from lmc.merging import MERGE_METHODS, baseline_sweep
 from lmc.models import MLP
 from lmc.permutation import (
     MATCHERS,
@@ -70,56 +70,6 @@ def test_a_registered_matcher_is_used_by_name_in_a_study(monkeypatch):
     result = interpolation_study(model, [state, state], splits, matcher="my_matcher", num_alphas=3)
     assert calls == [2]
     assert result.summary["barrier_loss_matched"] == pytest.approx(0.0, abs=1e-6)
-
-
-@pytest.mark.parametrize("name", MERGE_METHODS.names())
-def test_every_merge_method_keeps_the_contract(name):
-    """Every registered merge method: one valid permutation per model, identity for n copies of
-    one model, and (all but ``naive``, which does not align) n permuted copies merged back into
-    the model's function."""
-    from lmc.permutation.spec import check_permutation
-
-    model, data, spec, state, _ = _pair()
-    sizes = spec.sizes(state)
-    copies = [state] + [
-        apply_permutation(state, spec, random_permutation(sizes, s)) for s in (4, 5)
-    ]
-    method = MERGE_METHODS.get(name)
-    for states in ([state] * 3, copies):
-        perms = method(states, spec)
-        assert len(perms) == 3
-        for p in perms:
-            check_permutation(p, sizes)
-        if name == "naive" and states is copies:
-            continue
-        aligned = [apply_permutation(s, spec, p) for s, p in zip(states, perms)]
-        merged = MLP(20, 5, width=12, depth=2)
-        merged.load_state_dict({k: sum(a[k] for a in aligned) / 3 for k in state})
-        x = torch.cat(data)
-        with torch.no_grad():
-            torch.testing.assert_close(merged(x), model(x), atol=1e-5, rtol=1e-5)
-
-
-def test_merge_method_registry_names_and_a_new_method():
-    assert MERGE_METHODS.names()[:3] == ["naive", "wm_ref", "mergemany"]
-    model = MLP(12, 4, width=8, depth=2)
-    spec = spec_for(model)
-    states = [model.state_dict() for _ in range(3)]
-    seen = []
-
-    def first_only(states, spec, *, keys=None, reference=0, method="accelerated", seed=0):
-        seen.append(len(states))
-        return [identity_permutation(spec.sizes(states[0])) for _ in states]
-
-    registry: Registry = MERGE_METHODS
-    registry._entries["first_only"] = first_only
-    try:
-        perms = baseline_sweep(states, spec, "first_only", [2, 3])
-    finally:
-        del registry._entries["first_only"]
-    assert sorted(seen) == [2, 3] and len(perms[3]) == 3
-    with pytest.raises(ValueError, match="registered: naive, wm_ref, mergemany"):
-        baseline_sweep(states, spec, "first_only", [2])
 
 
 def test_registering_a_name_twice_is_refused():

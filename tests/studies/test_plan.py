@@ -211,6 +211,24 @@ BAD = {
         "evaluate stage 'merge' {'model.init_args.net.init_args.width': 4, 'seed_everything': "
         "[0, 1]}: num_models [3] must lie in [2, 2] (the models its group selects)",
     ),
+    "an option a merge method does not take": (
+        tiny_study(
+            evaluate=[
+                {
+                    "name": "merge",
+                    "kind": "merge",
+                    "config": str(CONFIGS / "studies" / "teacher_student_merge.yaml"),
+                    "groups": {"over": [WIDTH], "vary": "seed_everything"},
+                    "args": [
+                        "--model.init_args.methods=[naive, stemm]",
+                        "--model.init_args.method_options={stemm: {epoch: 2}}",
+                    ],
+                }
+            ]
+        ),
+        "evaluate stage 'merge': model.init_args.method_options.stemm: unknown option(s) 'epoch'; "
+        "merge method 'stemm' takes epochs, lr",
+    ),
     "grid values that parse alone but not together": (
         _bad(
             grid={

@@ -573,9 +573,10 @@ def test_000_fedma(tmp_path, monkeypatch):
     and both jobs run the same number of local SGD steps (counted here)."""
     fedma_module = importlib.import_module("lmc.merging.fedma")  # lmc.merging.fedma: the function
     fusion_task = importlib.import_module("lmc.tasks.fusion")
+    fusion_methods = importlib.import_module("lmc.merging.fusion")  # the registered fedma
     steps: list[list[int]] = [[]]  # per job, the SGD steps of every local_train call
     prunings: list[Any] = []
-    train, fuse = fedma_module.local_train, fusion_task.fedma
+    train, fuse = fedma_module.local_train, fusion_methods.fedma
 
     def counted(model, batches, epochs=1, *args, **kwargs):
         steps[-1].append(max(epochs, 0) * len(batches))
@@ -589,7 +590,7 @@ def test_000_fedma(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fedma_module, "local_train", counted)
     monkeypatch.setattr(fusion_task, "local_train", counted)
-    monkeypatch.setattr(fusion_task, "fedma", fused)
+    monkeypatch.setattr(fusion_methods, "fedma", fused)
     rate = "model.init_args.prune_rate"
     path = tiny_study(
         "000_fedma",

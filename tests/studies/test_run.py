@@ -205,14 +205,14 @@ def test_a_merge_method_registered_in_user_code_runs_from_a_study_file(tmp_path,
     """Adding a merge method is one function and its registration: a study file names it in a
     merge stage's `methods`, the pre-check accepts it, the merge job runs it, and its results
     come back by name (issue 32 item 2; README "Adding a merge method")."""
-    from lmc.merging import MERGE_METHODS
-    from lmc.permutation import identity_permutation
+    from lmc.interpolation.states import weighted_average
+    from lmc.merging import MERGE_METHODS, Merged, MergeInputs
 
     calls = []
 
-    def average_as_is(states, spec, *, keys=None, reference=0, method="accelerated", seed=0):
-        calls.append(len(states))  # the identity on every model: plain averaging, by our name
-        return [identity_permutation(spec.sizes(states[0])) for _ in states]
+    def average_as_is(inputs: MergeInputs, *, tag: int = 0) -> Merged:
+        calls.append((len(inputs.states), tag))  # plain averaging, by our name
+        return Merged(weighted_average(inputs.states), None, {"tag": tag})
 
     monkeypatch.setitem(MERGE_METHODS._entries, "mine", average_as_is)
     study = tiny_study(
@@ -223,15 +223,20 @@ def test_a_merge_method_registered_in_user_code_runs_from_a_study_file(tmp_path,
                 "kind": "merge",
                 "config": str(CONFIGS / "studies" / "teacher_student_merge.yaml"),
                 "groups": {"over": [WIDTH], "vary": "seed_everything"},
-                "args": ["--model.init_args.methods=[naive, mine]", *TINY_DATA],
+                "args": [
+                    "--model.init_args.methods=[naive, mine]",
+                    "--model.init_args.method_options={mine: {tag: 7}}",
+                    *TINY_DATA,
+                ],
             }
         ],
     )
     summary = run_study(write_study(tmp_path, study), tmp_path / "out", log=lambda _: None)
-    assert not summary.failed and calls == [2]
+    assert not summary.failed and calls == [(2, 7)]
     table = results(tmp_path / "out")
     merged = table[table.stage == "merge"].set_index("metric").value
     assert merged["merge/mine/n2/test/loss"] == merged["merge/naive/n2/test/loss"]  # same merge
+    assert merged["merge/mine/n2/tag"] == 7  # its diagnostics, logged beside its metrics
 
 
 def test_damage_is_checked_once_per_job_until_its_outputs_change(tiny_run, tmp_path, monkeypatch):

@@ -231,3 +231,35 @@ def test_bad_inputs_fail_before_work(world, tmp_path):
             _ckpt_arg(world["mlps"]),
         )
     assert not list(tmp_path.rglob("summary.json"))
+
+
+def test_merge_task_runs_any_registered_method_by_name(world, tmp_path):
+    """One merge task reads the registry by name: permuting methods (wm_ref, STE-MM trained on
+    the training split) and one that does not permute (OTFusion) in one sweep, each method's
+    options from the config, its scalar diagnostics logged beside its metrics, and
+    permutations saved for the methods that have them."""
+    config = CONFIGS / "merge" / "mnist_mlp_baselines.yaml"
+    run_cli(
+        "validate",
+        "-c",
+        str(config),
+        "-c",
+        CSV,
+        *_overlay(config, world, tmp_path),
+        "--model.init_args.methods=[wm_ref, otfusion, stemm]",
+        "--model.init_args.method_options={stemm: {epochs: 1, max_steps: 2}}",
+        "--model.init_args.pairwise=false",
+    )
+    [run] = run_dirs(tmp_path)
+    payload = json.loads((run / "summary.json").read_text())
+    by = {(e["method"], e["n"]): e["metrics"] for e in payload["evaluations"]}
+    assert set(by) == {(m, n) for m in ("wm_ref", "otfusion", "stemm") for n in (2, 3)}
+    for n in (2, 3):
+        assert "distance_ratio_mean" in by[("stemm", n)]
+        assert "distance_ratio_mean" not in by[("otfusion", n)]  # no permutations: no geometry
+        assert isinstance(by[("otfusion", n)]["test/acc"], float)
+        assert isinstance(payload["summary"][f"stemm/n{n}/final_loss"], float)
+        assert payload["summary"][f"otfusion/n{n}/seconds"] > 0
+    assert payload["diagnostics"]["otfusion"]["n3"]["widths"]  # non-scalar: kept as details
+    table = torch.load(run / "permutations.pt", weights_only=True)
+    assert set(table["wm_ref"]) == set(table["stemm"]) == {2, 3} and not table["otfusion"]

@@ -1,0 +1,229 @@
+"""The merge contract (SPEC C4, C6, C7): one registry of merge methods, read by name.
+
+A merge method is one function ``method(inputs, **options) -> Merged``:
+
+* :class:`MergeInputs` carries the models (full state dicts, on the device to run on), their
+  architecture and permutation spec, the matching settings every method may use (``reference``,
+  ``keys``, ``seed``, ``wm_method``) and the data a method may need: the fixed alignment subset
+  (activations, BatchNorm), the training split (methods that train: STE-MM, Sinkhorn re-basin,
+  fine-tuning) and each model's own batches (FedMA's clients). A method asks for what it needs
+  with :meth:`MergeInputs.need`, which names the missing piece.
+* :class:`Merged` is what it returns: the merged model's full state (its widths may differ from
+  the net's, as OTFusion's and FedMA's may; BatchNorm statistics are re-estimated by whoever
+  evaluates it), one permutation per model where the method permutes, and its diagnostics.
+* :data:`MERGE_METHODS` holds them all: weight averaging after matching (``naive``, ``wm_ref``,
+  ``mergemany``, ``ccmm``), ``sinkhorn``, ``otfusion``, ``fedma`` and ``stemm``. A method that only
+  finds permutations is registered through :func:`by_permutation`, which averages
+  ``pi_i(theta_i)``. The merge task and a study's merge stage read the registry by name, and a
+  method's keyword options come from the config (``method_options``), checked against its
+  signature before any work.
+
+Adding a method is one function and ``@MERGE_METHODS.register("name")`` in a module imported
+before the config is parsed (the README's "Adding a merge method").
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from torch import Tensor, nn
+
+from lmc.evaluation import LossName
+from lmc.interpolation.states import weighted_average
+from lmc.permutation import Permutation, PermutationSpec, apply_permutation
+from lmc.permutation.weight_matching import Method
+from lmc.registry import Registry
+
+StateDict = Mapping[str, Tensor]
+
+#: what each optional input of :class:`MergeInputs` is, for the error of a method that needs it
+_INPUTS = {
+    "net": "the architecture",
+    "align_batches": "the fixed alignment subset of the training data",
+    "train_batches": "the training split's batches (the method trains)",
+    "client_batches": "each model's own training batches (one list per model)",
+}
+
+
+@dataclass(frozen=True)
+class MergeInputs:
+    """What a merge method gets.
+
+    Attributes:
+        states: the n >= 2 models' full state dicts, on the device to run on.
+        spec: their permutation spec.
+        net: the architecture (a template: copy it before changing it).
+        keys: the entries matching objectives use (the parameters; ``None``: every
+            floating-point entry).
+        reference: the model whose units the others are matched to (methods with one).
+        seed: seed of any randomness (group orders, mixing weights, training).
+        wm_method: weight-matching variant for methods that weight-match.
+        loss: training/evaluation loss (``cross_entropy`` or ``mse``).
+        align_batches: the fixed alignment subset (``(x, y)`` batches).
+        train_batches: a re-iterable of the training split's batches.
+        client_batches: each model's own training batches (FedMA's clients).
+    """
+
+    states: Sequence[StateDict]
+    spec: PermutationSpec
+    net: nn.Module | None = None
+    keys: Sequence[str] | None = None
+    reference: int = 0
+    seed: int = 0
+    wm_method: Method = "accelerated"
+    loss: LossName = "cross_entropy"
+    align_batches: Sequence[Any] | None = None
+    train_batches: Iterable[Any] | None = None
+    client_batches: Sequence[Sequence[Any]] | None = None
+
+    def first(self, n: int) -> MergeInputs:
+        """The inputs of the first ``n`` models."""
+        clients = self.client_batches[:n] if self.client_batches is not None else None
+        return replace(self, states=list(self.states[:n]), client_batches=clients)
+
+    def need(self, name: str, method: str) -> Any:
+        """The optional input ``name``, or an error saying that ``method`` needs it."""
+        value = getattr(self, name)
+        if value is None:
+            raise ValueError(
+                f"merge method {method!r} needs {name} ({_INPUTS[name]}), which its caller did "
+                "not give; run it from a task that has a data module (MergeTask, lmc validate)"
+            )
+        return value
+
+
+@dataclass
+class Merged:
+    """What a merge method returns.
+
+    Attributes:
+        state: the merged model's full state dict (widths may differ from the net's).
+        perms: one permutation per model (``pi_i``, the merge is ``1/n sum_i pi_i(theta_i)``),
+            or ``None`` for a method that does not permute (OTFusion's transport, FedMA).
+        diagnostics: the method's own numbers (widths, timings, losses), logged with it.
+    """
+
+    state: dict[str, Tensor]
+    perms: list[Permutation] | None = None
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_perms(
+        cls,
+        states: Sequence[StateDict],
+        spec: PermutationSpec,
+        perms: Sequence[Permutation],
+        diagnostics: dict[str, Any] | None = None,
+    ) -> Merged:
+        """The average of the permuted models ``1/n sum_i pi_i(theta_i)``."""
+        if len(perms) != len(states):
+            raise ValueError(f"got {len(states)} models but {len(perms)} permutations")
+        aligned = [apply_permutation(s, spec, p) for s, p in zip(states, perms)]
+        return cls(weighted_average(aligned), list(perms), diagnostics or {})
+
+
+MergeMethod = Callable[..., Merged]
+
+MERGE_METHODS: Registry[MergeMethod] = Registry(
+    "merge method", "method(inputs: MergeInputs, **options) -> Merged"
+)
+
+#: the arguments :func:`by_permutation` passes from :class:`MergeInputs` (not options)
+_MATCHING_ARGS = ("states", "spec", "keys", "reference", "method", "seed")
+
+
+def by_permutation(
+    perms_fn: Callable[..., list[Permutation]], *, nested: bool = False
+) -> MergeMethod:
+    """A merge method from a function that finds one permutation per model.
+
+    ``perms_fn(states, spec, *, keys, reference, method, seed, **options) -> perms`` (the matching
+    settings come from :class:`MergeInputs`); the merge is the average of the permuted models.
+    ``nested``: the first n models' permutations are the first n of all models' (each model
+    matched on its own), so one call serves every n of a sweep.
+    """
+
+    def method(inputs: MergeInputs, **options: Any) -> Merged:
+        perms = perms_fn(
+            inputs.states,
+            inputs.spec,
+            keys=inputs.keys,
+            reference=inputs.reference,
+            method=inputs.wm_method,
+            seed=inputs.seed,
+            **options,
+        )
+        return Merged.from_perms(inputs.states, inputs.spec, perms)
+
+    method.__name__ = method.__qualname__ = perms_fn.__name__
+    method.__doc__ = perms_fn.__doc__
+    method.permutations = perms_fn  # type: ignore[attr-defined]
+    method.nested = nested  # type: ignore[attr-defined]
+    return method
+
+
+def _signature_of(fn: MergeMethod) -> inspect.Signature:
+    return inspect.signature(getattr(fn, "permutations", fn))
+
+
+def method_options(fn: MergeMethod) -> dict[str, inspect.Parameter]:
+    """The keyword options of a merge method (what ``method_options`` may set) and defaults."""
+    params = list(_signature_of(fn).parameters.values())
+    if not hasattr(fn, "permutations"):
+        params = params[1:]  # the inputs
+    skip = _MATCHING_ARGS if hasattr(fn, "permutations") else ()
+    return {
+        p.name: p
+        for p in params
+        if p.name not in skip and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+    }
+
+
+def check_options(
+    options: Mapping[str, Mapping[str, Any]] | None, methods: Sequence[str], field: str
+) -> dict[str, dict[str, Any]]:
+    """``method -> options`` for the ``methods`` run, each checked against its signature.
+
+    Raises:
+        ValueError: options of a method not run or not registered, or an option the method
+            does not take (the message lists the ones it takes).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for name, opts in (options or {}).items():
+        if name not in methods:
+            raise ValueError(
+                f"{field} sets options of {name!r}, which is not among the methods run "
+                f"({', '.join(methods)}); add it to the methods or drop its options"
+            )
+        fn = MERGE_METHODS.get(name)
+        known = method_options(fn)
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in _signature_of(fn).parameters.values())
+        bad = [k for k in opts if k not in known]
+        if bad and not takes_any:
+            raise ValueError(
+                f"{field}.{name}: unknown option(s) {', '.join(map(repr, bad))}; merge method "
+                f"{name!r} takes {', '.join(known) or 'no options'}"
+            )
+        out[name] = dict(opts)
+    return out
+
+
+def merge_sweep(
+    inputs: MergeInputs,
+    name: str,
+    num_models: Sequence[int],
+    options: Mapping[str, Any] | None = None,
+) -> dict[int, Merged]:
+    """The merge of the first n models by method ``name`` for every n in ``num_models``."""
+    fn = MERGE_METHODS.get(name)
+    opts = dict(options or {})
+    if getattr(fn, "nested", False):
+        top = fn(inputs.first(max(num_models)), **opts)
+        assert top.perms is not None
+        return {
+            n: Merged.from_perms(inputs.states[:n], inputs.spec, top.perms[:n]) for n in num_models
+        }
+    return {n: fn(inputs.first(n), **opts) for n in num_models}

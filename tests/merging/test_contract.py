@@ -1,0 +1,167 @@
+"""The merge contract: every registered merge method (a new one is tested by registering it) takes
+:class:`MergeInputs` and returns a :class:`Merged` that loads into the net; copies of one model
+merge back into that model's function; permutations, where a method returns them, are valid and
+give the merged state; data a method needs and options it does not take are refused by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lmc.merging import (
+    MERGE_METHODS,
+    Merged,
+    MergeInputs,
+    baseline_sweep,
+    by_permutation,
+    check_options,
+    materialize,
+    merge_sweep,
+    method_options,
+    wm_to_reference,
+)
+from lmc.models import MLP
+from lmc.permutation import apply_permutation, identity_permutation, random_permutation, spec_for
+from lmc.permutation.spec import check_permutation
+from tests.permutation.helpers import build
+
+
+def _inputs(states, model, data, **kwargs) -> MergeInputs:
+    """The models with their net and data: labels are the first model's predictions."""
+    with torch.no_grad():
+        batches = [(x, model(x).argmax(1)) for x in data]
+    return MergeInputs(
+        states,
+        spec_for(model),
+        net=model,
+        keys=[k for k, _ in model.named_parameters()],
+        align_batches=batches,
+        train_batches=batches,
+        client_batches=[batches] * len(states),
+        **kwargs,
+    )
+
+
+def _setup():
+    model, data = build(lambda: MLP(20, 5, width=12, depth=2), (20,))
+    spec = spec_for(model)
+    state = model.state_dict()
+    sizes = spec.sizes(state)
+    copies = [state] + [
+        apply_permutation(state, spec, random_permutation(sizes, s)) for s in (4, 5)
+    ]
+    return model, data, spec, state, copies
+
+
+def _outputs(net, state, data):
+    with torch.no_grad():
+        return materialize(net, state)(torch.cat(data))
+
+
+@pytest.mark.parametrize("name", MERGE_METHODS.names())
+def test_every_merge_method_keeps_the_contract(name):
+    """Three copies of one model merge back into the model's function, with valid permutations
+    (one per model) that give the merged state; three permuted copies give a finite merge of
+    the net's keys. The matching baselines (all but ``naive``, which does not align) also merge
+    the permuted copies back into the model's function."""
+    torch.manual_seed(0)
+    model, data, spec, state, copies = _setup()
+    sizes = spec.sizes(state)
+    method = MERGE_METHODS.get(name)
+    expected = _outputs(model, state, data)
+    for states in ([state] * 3, copies):
+        out = method(_inputs(states, model, data))
+        assert isinstance(out, Merged)
+        assert set(out.state) == set(state)
+        assert all(torch.isfinite(v).all() for v in out.state.values() if v.is_floating_point())
+        if out.perms is not None:
+            assert len(out.perms) == 3
+            for p in out.perms:
+                check_permutation(p, sizes)
+            again = Merged.from_perms(states, spec, out.perms).state
+            for k in state:
+                torch.testing.assert_close(out.state[k], again[k])
+        recovers = states is not copies or (hasattr(method, "permutations") and name != "naive")
+        if recovers:
+            torch.testing.assert_close(
+                _outputs(model, out.state, data), expected, atol=1e-4, rtol=1e-4
+            )
+
+
+@pytest.mark.parametrize("name", MERGE_METHODS.names())
+def test_every_merge_method_states_its_options(name):
+    """Its options are keyword arguments with defaults (a config sets them by name), and an
+    option it does not take is refused before any work, naming the ones it takes."""
+    options = method_options(MERGE_METHODS.get(name))
+    assert all(p.default is not p.empty for p in options.values()), options
+    with pytest.raises(ValueError, match=f"merge method {name!r} takes"):
+        check_options({name: {"no_such_option": 1}}, [name], "model.init_args.method_options")
+
+
+def test_options_of_a_method_not_run_are_refused():
+    with pytest.raises(ValueError, match="'stemm', which is not among the methods run"):
+        check_options({"stemm": {"epochs": 1}}, ["naive"], "model.init_args.method_options")
+    assert check_options({"stemm": {"epochs": 1}}, ["stemm"], "f") == {"stemm": {"epochs": 1}}
+
+
+@pytest.mark.parametrize(
+    ("name", "missing"),
+    [("stemm", "train_batches"), ("sinkhorn", "train_batches"), ("stemm", "net")],
+)
+def test_a_method_names_the_input_it_lacks(name, missing):
+    model, data, spec, state, copies = _setup()
+    inputs = _inputs(copies, model, data)
+    inputs = MergeInputs(**{**inputs.__dict__, missing: None})
+    with pytest.raises(ValueError, match=f"merge method {name!r} needs {missing}"):
+        MERGE_METHODS.get(name)(inputs)
+
+
+def test_fedma_needs_each_clients_batches_only_to_retrain():
+    model, data, spec, state, copies = _setup()
+    inputs = MergeInputs(copies, spec, net=model)  # no data at all: one matching pass
+    out = MERGE_METHODS.get("fedma")(inputs)
+    torch.testing.assert_close(
+        _outputs(model, out.state, data), _outputs(model, state, data), atol=1e-4, rtol=1e-4
+    )
+    with pytest.raises(ValueError, match="needs client_batches"):
+        MERGE_METHODS.get("fedma")(inputs, epochs=1)
+
+
+def test_a_new_method_is_one_registration_and_sweeps_by_name(monkeypatch):
+    """A method registered in user code (here the test module) is run by name; a nested
+    permuting method (wm_ref) serves every n of a sweep from one call."""
+    model, data, spec, state, copies = _setup()
+    seen = []
+
+    def first_only(inputs: MergeInputs, *, scale: float = 1.0) -> Merged:
+        seen.append(len(inputs.states))
+        return Merged({k: v * scale for k, v in inputs.states[0].items()})
+
+    monkeypatch.setitem(MERGE_METHODS._entries, "first_only", first_only)
+    sweep = merge_sweep(_inputs(copies, model, data), "first_only", [2, 3], {"scale": 1.0})
+    assert sorted(seen) == [2, 3] and sweep[3].perms is None
+    with pytest.raises(ValueError, match="returns no permutations"):
+        baseline_sweep(copies, spec, "first_only", [2])
+    assert "scale" in method_options(first_only)
+
+    calls = []
+
+    def counted_wm_ref(states, spec, **kwargs):
+        calls.append(len(states))
+        return wm_to_reference(states, spec, **kwargs)
+
+    monkeypatch.setitem(
+        MERGE_METHODS._entries, "counted", by_permutation(counted_wm_ref, nested=True)
+    )
+    perms = baseline_sweep(copies, spec, "counted", [2, 3])
+    assert calls == [3] and len(perms[2]) == 2 and len(perms[3]) == 3
+    assert all(torch.equal(perms[2][1][g], perms[3][1][g]) for g in perms[3][1])
+
+
+def test_unknown_method_lists_the_registered_names():
+    model, data, spec, state, copies = _setup()
+    with pytest.raises(ValueError, match="registered: naive, wm_ref, mergemany, ccmm"):
+        merge_sweep(_inputs(copies, model, data), "no_such_method", [2])
+    ident = identity_permutation(spec.sizes(state))
+    with pytest.raises(ValueError, match="got 3 models but 2 permutations"):
+        Merged.from_perms(copies, spec, [ident, ident])
