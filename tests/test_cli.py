@@ -266,7 +266,7 @@ def test_quickstart_trains_two_models_and_matching_removes_the_barrier(tmp_path)
         "-c",
         str(CONFIGS / "quickstart.yaml"),
         "--trainer.max_epochs=8",
-        "--model.init_args.num_alphas=9",
+        "--model.init_args.evaluation.num_alphas=9",
         f"--trainer.default_root_dir={tmp_path}",
     )
     [run] = run_dirs(tmp_path)

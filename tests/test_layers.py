@@ -49,3 +49,42 @@ def test_the_check_sees_a_violation(tmp_path):
     bad.write_text("def f():\n    from lmc.cli import main\n    import lmc.studies.run\n")
     assert _imports(bad) == [(2, "lmc.cli"), (3, "lmc.studies.run")]
     assert _floor("lmc.cli") > _floor("lmc.studies.run") > _floor("lmc.engine.app")
+
+
+#: the widest constructor allowed (issue 32): more options go into an option group
+MAX_PARAMETERS = 12
+
+
+def _wide_constructors(root: Path) -> list[str]:
+    wide = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+                a = node.args
+                n = len(a.posonlyargs) + len(a.args) - 1 + len(a.kwonlyargs)  # less self
+                if n > MAX_PARAMETERS:
+                    wide.append(f"{path.relative_to(root.parent)}:{node.lineno} ({n})")
+    return wide
+
+
+def test_no_constructor_takes_more_than_twelve_parameters(tmp_path):
+    assert _wide_constructors(ROOT) == []
+    wide = "class A:\n    def __init__(self, " + ", ".join(f"a{i}" for i in range(13)) + "): ...\n"
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "wide.py").write_text(wide)
+    assert _wide_constructors(tmp_path / "pkg") == ["pkg/wide.py:2 (13)"]
+
+
+def test_every_task_is_on_the_lmc_base():
+    """Every LightningModule task of lmc.tasks derives from lmc.tasks.base.LMCTask."""
+    import inspect
+
+    import lightning as L
+
+    import lmc.tasks as tasks
+    from lmc.tasks.base import LMCTask
+
+    found = [
+        c for _, c in inspect.getmembers(tasks, inspect.isclass) if issubclass(c, L.LightningModule)
+    ]
+    assert found and [c.__name__ for c in found if not issubclass(c, LMCTask)] == []

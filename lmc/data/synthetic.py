@@ -35,7 +35,8 @@ class RegressionTensors(TensorDataset):
 
 
 class SyntheticRegressionDataModule(BaseDataModule):
-    """Base for in-memory regression tasks: inputs (N, input_dim), targets (N, 1).
+    """Base for in-memory regression tasks: inputs (N, input_dim), targets (N, 1). The splits
+    are tensors drawn in memory, so their loaders use no worker processes.
 
     Args:
         n_train: training samples.
@@ -44,7 +45,6 @@ class SyntheticRegressionDataModule(BaseDataModule):
         alignment_size: training samples in the alignment subset (``None``: all of them).
         batch_size: training batch size.
         eval_batch_size: batch size for validation/test/predict/alignment (``None``: batch_size).
-        num_workers: ``DataLoader`` worker processes.
         on_device: hold the splits on the training device and draw batches there (``None``:
             where they fit; see :class:`lmc.data.base.BaseDataModule`).
         seed: seed of the generated data (and teacher), independent of the training seed.
@@ -61,11 +61,10 @@ class SyntheticRegressionDataModule(BaseDataModule):
         alignment_size: int | None = None,
         batch_size: int = 128,
         eval_batch_size: int | None = None,
-        num_workers: int = 0,
         on_device: bool | None = None,
         seed: int = 0,
     ) -> None:
-        super().__init__(batch_size, eval_batch_size, num_workers, on_device)
+        super().__init__(batch_size, eval_batch_size, 0, on_device)
         if n_train < 1 or n_val < 0 or n_test < 0:
             raise ValueError(
                 f"need n_train >= 1 and n_val, n_test >= 0, got {n_train=}, {n_val=}, {n_test=}"
@@ -118,7 +117,6 @@ class TeacherStudentDataModule(SyntheticRegressionDataModule):
         alignment_size: training samples in the alignment subset (``None``: all of them).
         batch_size: training batch size.
         eval_batch_size: batch size for evaluation and alignment loaders (``None``: batch_size).
-        num_workers: ``DataLoader`` worker processes.
         on_device: hold the splits on the training device and draw batches there (``None``:
             where they fit; see :class:`lmc.data.base.BaseDataModule`).
         seed: seed of the data and the teacher, independent of the training seed.
@@ -136,7 +134,6 @@ class TeacherStudentDataModule(SyntheticRegressionDataModule):
         alignment_size: int | None = None,
         batch_size: int = 128,
         eval_batch_size: int | None = None,
-        num_workers: int = 0,
         on_device: bool | None = None,
         seed: int = 0,
     ) -> None:
@@ -147,7 +144,6 @@ class TeacherStudentDataModule(SyntheticRegressionDataModule):
             alignment_size,
             batch_size,
             eval_batch_size,
-            num_workers,
             on_device,
             seed,
         )
@@ -198,7 +194,6 @@ class PolynomialDataModule(SyntheticRegressionDataModule):
         alignment_size: training samples in the alignment subset (``None``: all of them).
         batch_size: training batch size.
         eval_batch_size: batch size for evaluation and alignment loaders (``None``: batch_size).
-        num_workers: ``DataLoader`` worker processes.
         on_device: hold the splits on the training device and draw batches there (``None``:
             where they fit; see :class:`lmc.data.base.BaseDataModule`).
         seed: seed of the data, independent of the training seed.
@@ -217,7 +212,6 @@ class PolynomialDataModule(SyntheticRegressionDataModule):
         alignment_size: int | None = None,
         batch_size: int = 128,
         eval_batch_size: int | None = None,
-        num_workers: int = 0,
         on_device: bool | None = None,
         seed: int = 0,
     ) -> None:
@@ -228,7 +222,6 @@ class PolynomialDataModule(SyntheticRegressionDataModule):
             alignment_size,
             batch_size,
             eval_batch_size,
-            num_workers,
             on_device,
             seed,
         )

@@ -52,7 +52,9 @@ def check_names(resolved: Mapping[str, Any], where: str) -> None:
         "baselines": lambda v, f: [MERGE_METHODS.check(m, f) for m in v],
         "barrier": check_definition,
         "method_options": lambda v, f: check_options(
-            v, init.get("methods") or list(v), f  # the task's default methods take none
+            v,
+            init.get("methods") or list(v),
+            f,  # the task's default methods take none
         ),
     }
     for key, check in checks.items():

@@ -25,7 +25,7 @@ Layout (paths relative to the study file)::
         config: merge.yaml
         command: validate                           # optional; fit: a task trained from them
         groups: {over: [model.init_args.net.init_args.width], vary: seed_everything}
-        grid: {model.init_args.prune_rate: [0.0, 0.5]}   # optional: every selection evaluated
+        grid: {model.init_args.otfusion.prune_rate: [0.0, 0.5]}   # optional: every selection evaluated
         zip: []                                         # at each point of the stage's own grid
     barrier: abs_chord                              # optional: the barrier definition of every
                                                     # barrier stage (chord | abs_chord), passed

@@ -7,6 +7,7 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict, is_dataclass
 from typing import Any, Literal
 
 import lightning as L
@@ -157,6 +158,10 @@ def save_task_hparams(module: L.LightningModule, ignore: Sequence[str] = ()) -> 
     """
     if _given_hyperparameters.get() is None:
         module.save_hyperparameters(ignore=list(ignore), frame=inspect.currentframe().f_back)
+        # option groups given as dataclasses are stored as plain mappings (the CLI's already are)
+        for key, value in list(module.hparams.items()):
+            if is_dataclass(value) and not isinstance(value, type):
+                module.hparams[key] = asdict(value)
     else:
         module.save_hyperparameters()
         # the CLI's dump of the config: a class default it could not write (a functools.partial)
@@ -168,7 +173,17 @@ def save_task_hparams(module: L.LightningModule, ignore: Sequence[str] = ()) -> 
                 store.update(clean)
 
 
-class EvaluationTask(L.LightningModule, ABC):
+class LMCTask(L.LightningModule):
+    """The base of every ``lmc`` task: hyper-parameters saved with :func:`save_task_hparams`
+    (checkpoints load with ``weights_only=True``), and the loss its data module asks for."""
+
+    @property
+    def loss_name(self) -> LossName:
+        """``mse`` for a regression data module, else ``cross_entropy``."""
+        return default_loss(self.trainer.datamodule)
+
+
+class EvaluationTask(LMCTask, ABC):
     """A task run with ``lmc validate`` that trains nothing (anomalib's Padim pattern).
 
     It returns no optimizer, ignores the validation batches, and calls :meth:`evaluate` once

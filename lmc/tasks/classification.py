@@ -5,7 +5,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Literal
 
-import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor, nn
@@ -13,7 +12,7 @@ from torchmetrics import MeanSquaredError, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from lmc.optim import default_optimizer
-from lmc.tasks.base import save_task_hparams
+from lmc.tasks.base import LMCTask, save_task_hparams
 
 STAGES = ("train", "val", "test")
 
@@ -46,7 +45,7 @@ class BatchMean(Metric):
 _adam = default_optimizer
 
 
-class TrainTask(L.LightningModule, ABC):
+class TrainTask(LMCTask, ABC):
     """Supervised training of ``net`` with an optimizer and LR scheduler from the config.
 
     Subclasses choose the loss and metrics. Metrics are logged as ``{stage}/{name}`` (e.g.

@@ -8,10 +8,8 @@ and evaluate the curve on a t grid with BatchNorm re-estimated per t.
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, is_dataclass
 from typing import Any, ClassVar, Literal
 
-import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.trainer.states import TrainerFn
@@ -37,6 +35,7 @@ from lmc.optim import default_optimizer
 from lmc.permutation import apply_permutation, match
 from lmc.permutation.spec import PermutationSpec
 from lmc.tasks.base import (
+    LMCTask,
     SpecSource,
     default_loss,
     point_progress,
@@ -46,7 +45,7 @@ from lmc.tasks.base import (
 from lmc.tasks.curve_report import log_curve
 
 
-class CurveTask(L.LightningModule):
+class CurveTask(LMCTask):
     """A Bezier curve (or polygonal chain) between two checkpoints, trained with ``lmc fit``.
 
     Endpoints are fixed; the control points start on the straight line (on the aligned line with
@@ -122,7 +121,6 @@ class CurveTask(L.LightningModule):
     ) -> None:
         super().__init__()
         save_task_hparams(self, ignore=["net", "optimizer", "lr_scheduler"])
-        _plain_hparams(self)
         if len(checkpoints) != 2:
             raise ValueError(
                 f"{type(self).__name__} connects exactly 2 checkpoints, got {len(checkpoints)}: "
@@ -353,11 +351,3 @@ class CurveTask(L.LightningModule):
             names,
             {"curve": [curve.point_flat(t).detach() for t in t_grid(21)]},
         )
-
-
-def _plain_hparams(module: L.LightningModule) -> None:
-    """Store option groups given as dataclasses as plain mappings, so a hand-built task's
-    checkpoint loads with ``weights_only=True`` (the CLI already stores mappings)."""
-    for key, value in list(module.hparams.items()):
-        if is_dataclass(value) and not isinstance(value, type):
-            module.hparams[key] = asdict(value)

@@ -4,25 +4,32 @@ the barriers between them before and after matching (the quickstart's main job).
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal
+from typing import Any, ClassVar
 
-import lightning as L
 import torch
 from lightning.pytorch.cli import OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
+from lmc.curves.options import as_options
 from lmc.evaluation import LossName, batch_loss
 from lmc.interpolation.barrier import BarrierDefinition, check_definition
-from lmc.interpolation.study import Matcher, Repair, StudyResult, interpolation_study
+from lmc.interpolation.study import Matcher, StudyResult, interpolation_study
 from lmc.models.init import reinitialize
 from lmc.optim import default_optimizer
 from lmc.permutation.matchers import MATCHERS
-from lmc.tasks.base import SpecSource, default_loss, eval_and_align_batches, save_task_hparams
+from lmc.tasks.base import (
+    LMCTask,
+    SpecSource,
+    default_loss,
+    eval_and_align_batches,
+    save_task_hparams,
+)
+from lmc.tasks.options import PathEvaluationOptions, moved_into
 from lmc.tasks.report import log_study
 
 
-class TrainAndInterpolateTask(L.LightningModule):
+class TrainAndInterpolateTask(LMCTask):
     """``num_models`` copies of ``net`` with different initialisations, trained on the same
     batches by one optimizer (the models do not interact: the loss is a sum), then compared.
 
@@ -36,9 +43,10 @@ class TrainAndInterpolateTask(L.LightningModule):
         num_models: how many models to train (2 gives one naive and one matched path).
         optimizer: optimizer over all models' parameters.
         loss: training/evaluation loss; default from the data module's task.
-        matcher, repair, num_alphas, barrier, splits, spec: as in
-            :class:`~lmc.tasks.InterpolationTask`.
+        matcher, barrier, evaluation, spec: as in :class:`~lmc.tasks.InterpolationTask`.
     """
+
+    moved_keys: ClassVar[dict[str, str]] = moved_into("evaluation", PathEvaluationOptions)
 
     def __init__(
         self,
@@ -47,10 +55,8 @@ class TrainAndInterpolateTask(L.LightningModule):
         optimizer: OptimizerCallable = default_optimizer,
         loss: LossName | None = None,
         matcher: Matcher = "weight",
-        repair: Repair = "none",
-        num_alphas: int = 25,
         barrier: BarrierDefinition = "chord",
-        splits: list[Literal["train", "val", "test"]] | None = None,
+        evaluation: PathEvaluationOptions | None = None,
         spec: str = "auto",
     ) -> None:
         super().__init__()
@@ -62,21 +68,23 @@ class TrainAndInterpolateTask(L.LightningModule):
         seeds = torch.randint(0, 2**31 - 1, (num_models - 1,)).tolist()
         self.nets = nn.ModuleList([net] + [reinitialize(copy.deepcopy(net), s) for s in seeds])
         self.optimizer = optimizer
-        self.loss_name = loss
-        self.matcher, self.repair, self.num_alphas = matcher, repair, num_alphas
-        self.splits = list(splits) if splits else ["train", "test"]
+        self._loss_override = loss
+        opts = as_options(PathEvaluationOptions, evaluation)
+        self.matcher, self.repair, self.num_alphas = matcher, opts.repair, opts.num_alphas
+        self.splits, self.max_batches = opts.splits, opts.max_batches
         self.result: StudyResult | None = None
         self.spec = SpecSource(spec, net)
 
     @property
-    def _loss(self) -> LossName:
-        return self.loss_name or default_loss(self.trainer.datamodule)
+    def loss_name(self) -> LossName:
+        """``loss`` if given, else the data module's."""
+        return self._loss_override or default_loss(self.trainer.datamodule)
 
     def _step(self, batch: Any, stage: str) -> Tensor:
         x, y = batch
         total = 0.0
         for i, net in enumerate(self.nets):
-            loss = batch_loss(net(x), y, self._loss) / x.shape[0]
+            loss = batch_loss(net(x), y, self.loss_name) / x.shape[0]
             self.log(f"{stage}/loss_{i}", loss.detach(), on_step=False, on_epoch=True)
             total = total + loss
         return total
@@ -92,7 +100,7 @@ class TrainAndInterpolateTask(L.LightningModule):
 
     def on_train_end(self) -> None:
         dm = self.trainer.datamodule
-        splits, align = eval_and_align_batches(dm, self.splits, None, self.device)
+        splits, align = eval_and_align_batches(dm, self.splits, self.max_batches, self.device)
         states = [{k: v.detach().clone() for k, v in net.state_dict().items()} for net in self.nets]
         self.result = interpolation_study(
             self.nets[0],
@@ -102,7 +110,7 @@ class TrainAndInterpolateTask(L.LightningModule):
             self.repair,
             align,
             self.num_alphas,
-            self._loss,
+            self.loss_name,
             spec=self.spec.resolve(dm, self.device),
             barrier_definition=self.barrier,
         )

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from torch import nn
 
-from lmc.interpolation.barrier import BarrierDefinition, alpha_grid, check_definition
+from lmc.curves.options import as_options
+from lmc.interpolation.barrier import BarrierDefinition, check_definition
 from lmc.interpolation.states import check_compatible
 from lmc.interpolation.study import (
     BARRIER_SUMMARY_KEYS,
     Matcher,
-    Repair,
     StudyResult,
     interpolation_study,
 )
@@ -22,12 +22,12 @@ from lmc.permutation.matchers import MATCHERS
 from lmc.tasks.base import (
     EvaluationTask,
     SpecSource,
-    Split,
     default_loss,
     eval_and_align_batches,
     point_progress,
     save_task_hparams,
 )
+from lmc.tasks.options import PathEvaluationOptions, moved_into
 from lmc.tasks.report import log_study
 
 
@@ -52,17 +52,16 @@ class InterpolationTask(EvaluationTask):
         matcher: a name registered in :data:`lmc.permutation.MATCHERS`: ``none``, ``weight``
             (accelerated weight matching; MergeMany for N > 2), ``activation``
             (cross-covariance) or ``correlation`` (002 Alg. 1).
-        repair: ``none``, ``reset_bn`` or ``repair``.
-        num_alphas: points of the alpha grid (including both endpoints).
         barrier: the definition of ``barrier_loss_*``, ``barrier_loss_normalized_*`` and
             ``barrier_acc_*``: ``chord`` (the largest rise of the path above the chord between
             its endpoints: Entezari et al., git re-basin, 004) or ``abs_chord`` (the largest
             distance from the chord, above or below: 000 Def. 2.1). The summary keeps both
             loss barriers (``barrier_loss_chord_*``, ``barrier_loss_abs_chord_*`` and their
             ``_normalized_`` forms) whichever is chosen.
-        splits: which splits to evaluate; ``train`` means the alignment subset of train. Put the
-            split the summary should report last (``test`` by default).
-        max_batches: cap on cached batches per split (quick looks).
+        evaluation: ``num_alphas`` (points of the alpha grid, both endpoints included),
+            ``repair`` of every point (``none``, ``reset_bn`` or ``repair``), the ``splits``
+            (``train`` = the alignment subset; the summary reports the last, ``test`` by
+            default) and ``max_batches`` (:class:`~lmc.tasks.options.PathEvaluationOptions`).
         save_matched: write the matched second model (N = 2) or the matched merge (N > 2, after
             the ``repair`` the study evaluated it with) as ``matched.ckpt`` in the run directory
             (loadable by ``lmc.io.load_checkpoint``).
@@ -82,17 +81,16 @@ class InterpolationTask(EvaluationTask):
             a ``teacher_weight`` (:class:`lmc.data.TeacherStudentDataModule`).
     """
 
+    moved_keys: ClassVar[dict[str, str]] = moved_into("evaluation", PathEvaluationOptions)
+
     def __init__(
         self,
         net: nn.Module,
         checkpoints: list[str],
         mode: Literal["pair", "all_pairs"] = "pair",
         matcher: Matcher = "weight",
-        repair: Repair = "none",
-        num_alphas: int = 25,
         barrier: BarrierDefinition = "chord",
-        splits: list[Split] | None = None,
-        max_batches: int | None = None,
+        evaluation: PathEvaluationOptions | None = None,
         save_matched: bool = False,
         log_artifact: bool = False,
         seed: int = 0,
@@ -103,7 +101,7 @@ class InterpolationTask(EvaluationTask):
         super().__init__()
         save_task_hparams(self, ignore=["net"])
         MATCHERS.check(matcher, "model.init_args.matcher")
-        alpha_grid(num_alphas)  # refuse a grid without interior points before any work
+        opts = as_options(PathEvaluationOptions, evaluation)  # checks the alpha grid
         self.barrier = check_definition(barrier, "model.init_args.barrier")
         if mode == "all_pairs" and len(checkpoints) < 3:
             raise ValueError(
@@ -120,9 +118,9 @@ class InterpolationTask(EvaluationTask):
         check_compatible(
             [net.state_dict(), *self.states], ["model.init_args.net", *self.checkpoints]
         )
-        self.matcher, self.repair, self.num_alphas = matcher, repair, num_alphas
-        self.splits = list(splits) if splits else ["train", "test"]
-        self.max_batches, self.save_matched, self.seed = max_batches, save_matched, seed
+        self.matcher, self.repair, self.num_alphas = matcher, opts.repair, opts.num_alphas
+        self.splits, self.max_batches = opts.splits, opts.max_batches
+        self.save_matched, self.seed = save_matched, seed
         self.log_artifact = log_artifact
         self.spec = SpecSource(spec, net)
         self.entropy = entropy
@@ -144,7 +142,7 @@ class InterpolationTask(EvaluationTask):
         keys = {f"barrier_{k}_{v}" for k in BARRIER_SUMMARY_KEYS for v in variants}
         keys |= {"endpoint_loss_mean", "endpoint_acc_mean"}
         if init_args.get("mode", "pair") == "all_pairs":
-            splits = init_args.get("splits") or ["train", "test"]
+            splits = (init_args.get("evaluation") or {}).get("splits") or ["train", "test"]
             keys |= {
                 f"merge_{v}_{split}_{m}"
                 for v in [*variants, "endpoints_mean"]

@@ -6,13 +6,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
+from lmc.curves.options import as_options
 from lmc.evaluation import has_batchnorm, reset_bn
 from lmc.io import atomic_write, load_endpoints
 from lmc.merging import (
@@ -33,13 +34,13 @@ from lmc.permutation.weight_matching import Method
 from lmc.tasks.base import (
     EvaluationTask,
     SpecSource,
-    Split,
     default_loss,
     eval_and_align_batches,
     save_task_hparams,
     train_batches,
 )
 from lmc.tasks.merge_report import log_merge
+from lmc.tasks.options import MergeEvaluationOptions, moved_into
 
 
 def load_models(
@@ -82,25 +83,12 @@ def load_models(
 
 
 class MergeReporter:
-    """Evaluation settings shared by the merge tasks (see :class:`MergeTask` for the args)."""
+    """The evaluation and report shared by the merge tasks: ``options`` (a merge task's
+    ``evaluation`` group) and the ``seed`` of the sharpness probes."""
 
-    def __init__(
-        self,
-        splits: list[Split] | None,
-        max_batches: int | None,
-        pairwise: bool,
-        sharpness_probes: int,
-        sharpness_batches: int,
-        seed: int,
-    ) -> None:
-        if sharpness_probes < 0 or sharpness_batches < 1:
-            raise ValueError(
-                f"need sharpness_probes >= 0 and sharpness_batches >= 1, got "
-                f"{sharpness_probes} and {sharpness_batches}"
-            )
-        self.splits = list(splits) if splits else ["train", "test"]
-        self.max_batches, self.pairwise, self.seed = max_batches, pairwise, seed
-        self.sharpness_probes, self.sharpness_batches = sharpness_probes, sharpness_batches
+    def __init__(self, options: MergeEvaluationOptions, seed: int) -> None:
+        self.options, self.seed = options, seed
+        self.splits, self.max_batches = options.splits, options.max_batches
         self._batches: tuple[Any, tuple[dict[str, list], list]] | None = None
 
     def batches(self, module: L.LightningModule) -> tuple[dict[str, list], list]:
@@ -158,9 +146,9 @@ class MergeReporter:
             splits,
             loss=default_loss(dm),
             align_batches=align,
-            pairwise=self.pairwise,
-            sharpness_batches=align[: self.sharpness_batches],
-            sharpness_probes=self.sharpness_probes,
+            pairwise=self.options.pairwise,
+            sharpness_batches=align[: self.options.sharpness_batches],
+            sharpness_probes=self.options.sharpness_probes,
             seed=self.seed,
         )
         # a method's scalar diagnostics are logged beside its metrics, the rest kept as details
@@ -223,18 +211,19 @@ class MergeTask(EvaluationTask):
         methods: merge methods to run (names registered in ``MERGE_METHODS``).
         method_options: per method, its keyword options (e.g. ``{stemm: {epochs: 2}}``), checked
             against the method's signature before any work.
-        reference: index of the reference checkpoint of ``wm_ref``.
-        splits: evaluated splits (``train`` = the alignment subset); the last one is reported
-            and used for the pairwise merges.
-        max_batches: cap on cached batches per split (quick looks).
-        pairwise: also evaluate the midpoint of every pair of permuted models (004 Fig. 4).
-        sharpness_probes: Hutchinson probes of tr(H ⊙ θθᵀ) (004 §6.2); 0 turns it off.
-        sharpness_batches: alignment batches defining the sharpness loss.
-        wm_method: weight-matching variant of the baselines (same optimum up to ties).
+        reference: index of the reference checkpoint (``wm_ref``'s target, STE-MM's fixed model,
+            OTFusion's base).
+        evaluation: the splits (``train`` = the alignment subset; the last one is reported and
+            used for the pairwise merges), ``max_batches``, ``pairwise`` merges (004 Fig. 4) and
+            sharpness (004 §6.2) (:class:`~lmc.tasks.options.MergeEvaluationOptions`).
+        wm_method: weight-matching variant of the methods that weight-match (same optimum up to
+            ties).
         seed: seed of the matching's group order and of the sharpness probes.
         spec: the permutation spec source: ``auto``, ``builtin``, ``derive`` or
             ``package.module:function`` (:mod:`lmc.permutation.source`).
     """
+
+    moved_keys: ClassVar[dict[str, str]] = moved_into("evaluation", MergeEvaluationOptions)
 
     def __init__(
         self,
@@ -244,11 +233,7 @@ class MergeTask(EvaluationTask):
         methods: list[Baseline] | None = None,
         method_options: dict[str, dict[str, Any]] | None = None,
         reference: int = 0,
-        splits: list[Split] | None = None,
-        max_batches: int | None = None,
-        pairwise: bool = True,
-        sharpness_probes: int = 0,
-        sharpness_batches: int = 1,
+        evaluation: MergeEvaluationOptions | None = None,
         wm_method: Method = "accelerated",
         seed: int = 0,
         spec: str = "auto",
@@ -268,9 +253,7 @@ class MergeTask(EvaluationTask):
         object.__setattr__(self, "_net", net)
         self.checkpoints = files
         self.reference, self.wm_method, self.seed = reference, wm_method, seed
-        self.reporter = MergeReporter(
-            splits, max_batches, pairwise, sharpness_probes, sharpness_batches, seed
-        )
+        self.reporter = MergeReporter(as_options(MergeEvaluationOptions, evaluation), seed)
         self.sweep: MergeSweep | None = None
 
     def evaluate(self) -> None:

@@ -9,33 +9,32 @@ is evaluated with the baselines and logged like every merge (``summary.json``, `
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-import lightning as L
 import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 
-from lmc.evaluation import LossName, batch_loss
+from lmc.curves.options import as_options
+from lmc.evaluation import batch_loss
 from lmc.io import save_net_checkpoint
 from lmc.merging import (
     MERGE_METHODS,
     Baseline,
     Merged,
     MergeSweep,
-    Mixing,
     SinkhornRebasin,
     merge_sweep,
     sinkhorn_optimizer,
     temperature,
 )
-from lmc.merging.sinkhorn import Init
 from lmc.permutation import apply_permutation, identity_permutation
-from lmc.tasks.base import SpecSource, Split, default_loss, save_task_hparams
+from lmc.tasks.base import LMCTask, SpecSource, save_task_hparams
 from lmc.tasks.merge import MergeReporter, load_models
+from lmc.tasks.options import MergeEvaluationOptions, SinkhornOptions, moved_into
 
 
-class SinkhornTask(L.LightningModule):
+class SinkhornTask(LMCTask):
     """Sinkhorn re-basin of model B (``checkpoints[1]``) onto model A, trained with ``lmc fit``.
 
     One matrix of logits per permutation group; each step the loss of
@@ -50,36 +49,30 @@ class SinkhornTask(L.LightningModule):
         net: the architecture of the checkpoints (class_path/init_args).
         checkpoints: exactly two ``.ckpt`` files or run folders, model A then model B.
         optimizer: builds the optimizer from the logits (default Adam, lr 0.1).
-        tau_start, tau_end: temperature at the first and the last step.
-        sinkhorn_iters: log-domain Sinkhorn iterations per relaxation.
-        mixing: ``midpoint`` (alpha = 1/2) or ``dirichlet`` (alpha ~ U(0, 1)).
-        init: the logits' start: ``identity`` or ``weight_matching``.
-        init_scale: the logits start at this times the initial permutation matrix.
-        baselines: merge methods evaluated alongside (``naive``, ``wm_ref``, ...).
-        splits, max_batches, pairwise, sharpness_probes, sharpness_batches: evaluation, as in
-            :class:`~lmc.tasks.MergeTask`.
+        search: ``tau_start``/``tau_end`` (temperature at the first and the last step),
+            ``sinkhorn_iters``, ``mixing`` (``midpoint`` or ``dirichlet``), ``init``
+            (``identity`` or ``weight_matching``) and ``init_scale``
+            (:class:`~lmc.tasks.options.SinkhornOptions`).
+        baselines: registered merge methods evaluated alongside (``naive``, ``wm_ref``, ...).
+        evaluation: as in :class:`~lmc.tasks.MergeTask`, ``pairwise: false`` by default.
         save_matched: write pi(B) as ``matched.ckpt`` into the run directory.
         seed: seed of alpha, the weight-matching init and the sharpness probes.
         spec: the permutation spec source (``auto``, ``builtin`` or ``package.module:function``).
     """
+
+    moved_keys: ClassVar[dict[str, str]] = {
+        **moved_into("search", SinkhornOptions),
+        **moved_into("evaluation", MergeEvaluationOptions),
+    }
 
     def __init__(
         self,
         net: nn.Module,
         checkpoints: list[str],
         optimizer: OptimizerCallable = sinkhorn_optimizer,
-        tau_start: float = 1.0,
-        tau_end: float = 0.01,
-        sinkhorn_iters: int = 20,
-        mixing: Mixing = "midpoint",
-        init: Init = "identity",
-        init_scale: float = 1.0,
+        search: SinkhornOptions | None = None,
         baselines: list[Baseline] | None = None,
-        splits: list[Split] | None = None,
-        max_batches: int | None = None,
-        pairwise: bool = False,
-        sharpness_probes: int = 0,
-        sharpness_batches: int = 1,
+        evaluation: MergeEvaluationOptions | None = None,
         save_matched: bool = True,
         seed: int = 0,
         spec: str = "auto",
@@ -93,7 +86,8 @@ class SinkhornTask(L.LightningModule):
             )
         for b in baselines or []:
             MERGE_METHODS.check(b, "model.init_args.baselines")
-        temperature(0, 2, tau_start, tau_end)  # validates the temperatures
+        opts = as_options(SinkhornOptions, search)
+        temperature(0, 2, opts.tau_start, opts.tau_end)  # validates the temperatures
         source = SpecSource(spec, net)
         self.spec = source.require(type(self).__name__)
         files, states, _ = load_models(net, checkpoints, None, 0, source)
@@ -105,25 +99,22 @@ class SinkhornTask(L.LightningModule):
             states[0],
             states[1],
             self.spec,
-            init=init,
-            init_scale=init_scale,
-            sinkhorn_iters=sinkhorn_iters,
-            mixing=mixing,
+            init=opts.init,
+            init_scale=opts.init_scale,
+            sinkhorn_iters=opts.sinkhorn_iters,
+            mixing=opts.mixing,
             seed=seed,
             names=files,
         )
         self.optimizer = optimizer
-        self.tau_start, self.tau_end = tau_start, tau_end
+        self.tau_start, self.tau_end = opts.tau_start, opts.tau_end
         self.baselines = list(baselines) if baselines is not None else ["naive", "wm_ref"]
-        self.save_matched, self.seed, self.init = save_matched, seed, init
-        self.reporter = MergeReporter(
-            splits, max_batches, pairwise, sharpness_probes, sharpness_batches, seed
+        self.save_matched, self.seed, self.init = save_matched, seed, opts.init
+        evaluation = as_options(
+            MergeEvaluationOptions, evaluation, MergeEvaluationOptions(pairwise=False)
         )
+        self.reporter = MergeReporter(evaluation, seed)
         self.sweep: MergeSweep | None = None
-
-    @property
-    def _loss(self) -> LossName:
-        return default_loss(self.trainer.datamodule)
 
     @property
     def tau(self) -> float:
@@ -137,7 +128,7 @@ class SinkhornTask(L.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         x, y = batch
         tau = self.tau
-        loss = self.search.loss(x, y, tau, loss=self._loss)
+        loss = self.search.loss(x, y, tau, loss=self.loss_name)
         self.log("train/loss", loss.detach(), prog_bar=True, on_step=True, on_epoch=True)
         self.log("train/tau", tau, on_step=True, on_epoch=False)
         return loss
@@ -146,8 +137,8 @@ class SinkhornTask(L.LightningModule):
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         x, y = batch
         out = self.search(x, 0.5, self.tau)
-        self.log("val/loss", batch_loss(out, y, self._loss) / y.shape[0])
-        if self._loss == "cross_entropy":
+        self.log("val/loss", batch_loss(out, y, self.loss_name) / y.shape[0])
+        if self.loss_name == "cross_entropy":
             self.log("val/acc", (out.argmax(1) == y).float().mean())
 
     def on_train_end(self) -> None:

@@ -9,14 +9,14 @@ gives the permutations, which are evaluated with the baselines and logged (SPEC 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, ClassVar
 
-import lightning as L
 import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 
-from lmc.evaluation import LossName, batch_loss
+from lmc.curves.options import as_options
+from lmc.evaluation import batch_loss
 from lmc.io import save_net_checkpoint
 from lmc.merging import (
     MERGE_METHODS,
@@ -24,17 +24,16 @@ from lmc.merging import (
     Baseline,
     Merged,
     MergeSweep,
-    Mixing,
     ModelBank,
     merge_sweep,
 )
 from lmc.optim import default_optimizer
-from lmc.permutation.weight_matching import Method
-from lmc.tasks.base import SpecSource, Split, default_loss, save_task_hparams
+from lmc.tasks.base import LMCTask, SpecSource, save_task_hparams
 from lmc.tasks.merge import MergeReporter, load_models
+from lmc.tasks.options import MergeEvaluationOptions, STEOptions, moved_into
 
 
-class STEMMTask(L.LightningModule):
+class STEMMTask(LMCTask):
     """STE-MM: permutations that put n models in one low-loss basin, trained with ``lmc fit``.
 
     For every n in ``num_models`` an independent STE-MM search merges the first n checkpoints
@@ -62,15 +61,12 @@ class STEMMTask(L.LightningModule):
         num_models: the numbers of models n to merge (each the first n checkpoints); default
             all of them.
         optimizer: builds the optimizer from the proxies (default Adam, lr 1e-3).
-        wm_method: ``accelerated`` or ``plain`` weight matching during the search.
-        mixing: ``dirichlet`` (uniform on the simplex), ``uniform`` (normalised U(0,1), Alg. 1
-            as written) or ``midpoint`` (all 1/n).
+        search: ``wm_method`` (``accelerated`` or ``plain`` weight matching during the search),
+            ``mixing`` (``dirichlet``, ``uniform`` or ``midpoint``) and ``keep_best``
+            (:class:`~lmc.tasks.options.STEOptions`).
         reference: index of the fixed model (theta_n of Alg. 1; any one by Theorem D.1).
-        keep_best: return the permutations of the lowest training batch loss instead of the
-            final matching (STE of Ainsworth et al. 2023).
-        baselines: methods evaluated alongside (``naive``, ``wm_ref``, ``mergemany``).
-        splits, max_batches, pairwise, sharpness_probes, sharpness_batches: evaluation, as in
-            :class:`~lmc.tasks.MergeTask`.
+        baselines: registered merge methods evaluated alongside (``wm_ref``, ``mergemany``, ...).
+        evaluation: as in :class:`~lmc.tasks.MergeTask`.
         save_merged: also write ``merged_n{n}.ckpt`` (the STE-MM merge of each n, BatchNorm
             reset) into the run directory.
         seed: seed of lambda, of the matching's group order and of the sharpness probes.
@@ -79,22 +75,24 @@ class STEMMTask(L.LightningModule):
             derived from data is refused with a message (use a function).
     """
 
+    #: the search's defaults (STE for two models: midpoint, keep best) and pairwise merges
+    default_search: ClassVar[STEOptions] = STEOptions()
+    default_pairwise: ClassVar[bool] = True
+    moved_keys: ClassVar[dict[str, str]] = {
+        **moved_into("search", STEOptions),
+        **moved_into("evaluation", MergeEvaluationOptions),
+    }
+
     def __init__(
         self,
         net: nn.Module,
         checkpoints: list[str],
         num_models: list[int] | None = None,
         optimizer: OptimizerCallable = default_optimizer,
-        wm_method: Method = "accelerated",
-        mixing: Mixing = "dirichlet",
+        search: STEOptions | None = None,
         reference: int = 0,
-        keep_best: bool = False,
         baselines: list[Baseline] | None = None,
-        splits: list[Split] | None = None,
-        max_batches: int | None = None,
-        pairwise: bool = True,
-        sharpness_probes: int = 0,
-        sharpness_batches: int = 1,
+        evaluation: MergeEvaluationOptions | None = None,
         save_merged: bool = False,
         seed: int = 0,
         spec: str = "auto",
@@ -103,6 +101,7 @@ class STEMMTask(L.LightningModule):
         save_task_hparams(self, ["net", "optimizer"])
         for b in baselines or []:
             MERGE_METHODS.check(b, "model.init_args.baselines")
+        opts = as_options(STEOptions, search, self.default_search)
         source = SpecSource(spec, net)
         self.spec = source.require(type(self).__name__)
         files, states, self.num_models = load_models(
@@ -119,9 +118,9 @@ class STEMMTask(L.LightningModule):
                     self.bank,
                     self.spec,
                     reference=reference,
-                    method=wm_method,
-                    mixing=mixing,
-                    keep_best=keep_best,
+                    method=opts.wm_method,
+                    mixing=opts.mixing,
+                    keep_best=opts.keep_best,
                     seed=seed + n,
                     names=self.checkpoints[:n],
                     num_models=n,
@@ -131,18 +130,13 @@ class STEMMTask(L.LightningModule):
         )
         self.optimizer = optimizer
         self.baselines = list(baselines) if baselines is not None else ["wm_ref", "mergemany"]
-        self.reference, self.wm_method, self.seed = reference, wm_method, seed
+        self.reference, self.wm_method, self.seed = reference, opts.wm_method, seed
         self.save_merged = save_merged
-        self.reporter = MergeReporter(
-            splits, max_batches, pairwise, sharpness_probes, sharpness_batches, seed
-        )
+        default = MergeEvaluationOptions(pairwise=self.default_pairwise)
+        self.reporter = MergeReporter(as_options(MergeEvaluationOptions, evaluation, default), seed)
         self.sweep: MergeSweep | None = None
         self._epoch_start = 0.0
         self._wm_at_epoch_start = 0.0
-
-    @property
-    def _loss(self) -> LossName:
-        return default_loss(self.trainer.datamodule)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.optimizer(self.searches.parameters())
@@ -151,7 +145,7 @@ class STEMMTask(L.LightningModule):
         x, y = batch
         total: Tensor | float = 0.0
         for name, search in self.searches.items():
-            loss = search.step_loss(x, y, self._loss)
+            loss = search.step_loss(x, y, self.loss_name)
             self.log(f"train/loss_{name}", loss.detach(), on_step=True, on_epoch=True)
             total = total + loss
         self.log("train/loss", total.detach(), prog_bar=True)  # type: ignore[union-attr]
@@ -162,8 +156,8 @@ class STEMMTask(L.LightningModule):
         x, y = batch
         for name, search in self.searches.items():
             out = search(x, [1.0 / search.n] * search.n, ste=False)
-            self.log(f"val/loss_{name}", batch_loss(out, y, self._loss) / y.shape[0])
-            if self._loss == "cross_entropy":
+            self.log(f"val/loss_{name}", batch_loss(out, y, self.loss_name) / y.shape[0])
+            if self.loss_name == "cross_entropy":
                 self.log(f"val/acc_{name}", (out.argmax(1) == y).float().mean())
 
     def on_train_epoch_start(self) -> None:
@@ -217,28 +211,25 @@ class STETask(STEMMTask):
     merge metrics of STE and the baselines are logged as for :class:`STEMMTask`.
 
     Args:
-        net, optimizer, wm_method, baselines, splits, max_batches, pairwise,
-        sharpness_probes, sharpness_batches, seed, spec: as in :class:`STEMMTask`.
+        net, optimizer, baselines, seed, spec: as in :class:`STEMMTask`.
         checkpoints: exactly two ``.ckpt`` paths, model A then model B.
-        mixing: ``midpoint`` (default) or ``dirichlet`` (alpha ~ U(0, 1)).
-        keep_best: keep the permutation of the lowest batch loss (else the final matching).
+        search: as in :class:`STEMMTask`, with ``mixing: midpoint`` and ``keep_best: true``
+            (keep the permutation of the lowest batch loss) by default.
+        evaluation: as in :class:`~lmc.tasks.MergeTask`, ``pairwise: false`` by default.
         save_matched: write pi(B) as ``matched.ckpt`` into the run directory.
     """
+
+    default_search: ClassVar[STEOptions] = STEOptions(mixing="midpoint", keep_best=True)
+    default_pairwise: ClassVar[bool] = False
 
     def __init__(
         self,
         net: nn.Module,
         checkpoints: list[str],
         optimizer: OptimizerCallable = default_optimizer,
-        wm_method: Method = "accelerated",
-        mixing: Mixing = "midpoint",
-        keep_best: bool = True,
+        search: STEOptions | None = None,
         baselines: list[Baseline] | None = None,
-        splits: list[Split] | None = None,
-        max_batches: int | None = None,
-        pairwise: bool = False,
-        sharpness_probes: int = 0,
-        sharpness_batches: int = 1,
+        evaluation: MergeEvaluationOptions | None = None,
         save_matched: bool = True,
         seed: int = 0,
         spec: str = "auto",
@@ -254,16 +245,10 @@ class STETask(STEMMTask):
             checkpoints,
             num_models=[2],
             optimizer=optimizer,
-            wm_method=wm_method,
-            mixing=mixing,
+            search=search,
             reference=0,
-            keep_best=keep_best,
             baselines=list(baselines) if baselines is not None else ["wm_ref"],
-            splits=splits,
-            max_batches=max_batches,
-            pairwise=pairwise,
-            sharpness_probes=sharpness_probes,
-            sharpness_batches=sharpness_batches,
+            evaluation=evaluation,
             save_merged=False,
             seed=seed,
             spec=spec,

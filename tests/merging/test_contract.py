@@ -165,3 +165,17 @@ def test_unknown_method_lists_the_registered_names():
     ident = identity_permutation(spec.sizes(state))
     with pytest.raises(ValueError, match="got 3 models but 2 permutations"):
         Merged.from_perms(copies, spec, [ident, ident])
+
+
+@pytest.mark.parametrize(
+    ("name", "group"), [("otfusion", "OTFusionOptions"), ("fedma", "FedMAOptions")]
+)
+def test_a_task_option_group_is_its_methods_options(name, group):
+    """The fusion tasks pass their option group to the registered method as it is: the group's
+    fields are the method's keyword options, name for name."""
+    from dataclasses import fields
+
+    import lmc.tasks.options as options
+
+    cls = getattr(options, group)
+    assert [f.name for f in fields(cls)] == list(method_options(MERGE_METHODS.get(name)))

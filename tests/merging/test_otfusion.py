@@ -208,14 +208,14 @@ def test_fusion_configs_run_and_write_the_record(name, tmp_path):
             save_net_checkpoint(_tiny_net(name).state_dict(), files[-1])
         args += [
             f"--model.init_args.checkpoints=[{files[0]}, {files[1]}]",
-            "--model.init_args.finetune_epochs=1",
+            "--model.init_args.otfusion.finetune_epochs=1",
         ]
     else:
         args += [
-            "--model.init_args.clients=2",
-            "--model.init_args.local_epochs=1",
-            "--model.init_args.epochs=1",
-            "--model.init_args.rounds=1",
+            "--model.init_args.federated.clients=2",
+            "--model.init_args.federated.local_epochs=1",
+            "--model.init_args.fedma.epochs=1",
+            "--model.init_args.fedma.rounds=1",
         ]
     run_cli(*args)
     [summary] = (tmp_path / "run").rglob("summary.json")

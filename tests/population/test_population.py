@@ -289,7 +289,7 @@ def test_validate_barrier_of_two_members(teacher_sgd, tmp_path):
         str(CONFIGS / "studies" / "teacher_student_barrier.yaml"),
         *TEACHER[1:],
         f"--model.init_args.checkpoints=[{', '.join(map(str, members))}]",
-        "--model.init_args.num_alphas=3",
+        "--model.init_args.evaluation.num_alphas=3",
         f"--trainer.default_root_dir={tmp_path}",
     )
     [run] = run_dirs(tmp_path)

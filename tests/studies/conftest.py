@@ -45,7 +45,7 @@ def tiny_study(**changes) -> dict:
                 "kind": "barrier",
                 "config": str(CONFIGS / "studies" / "teacher_student_barrier.yaml"),
                 "pairs": {"over": [WIDTH], "vary": "seed_everything", "reference": 0},
-                "args": ["--model.init_args.num_alphas=3", *TINY_DATA],
+                "args": ["--model.init_args.evaluation.num_alphas=3", *TINY_DATA],
             }
         ],
     }

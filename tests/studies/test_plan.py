@@ -84,20 +84,23 @@ def test_stage_grid_evaluates_each_selection_at_every_point(tmp_path):
     point in the job's coordinates and args; zipped keys go together."""
     study = tiny_study()
     stage = study["evaluate"][0]
-    stage["grid"] = {"model.init_args.num_alphas": [3, 5], "model.init_args.seed": [0, 1]}
-    stage["zip"] = [["model.init_args.num_alphas", "model.init_args.seed"]]
+    stage["grid"] = {
+        "model.init_args.evaluation.num_alphas": [3, 5],
+        "model.init_args.seed": [0, 1],
+    }
+    stage["zip"] = [["model.init_args.evaluation.num_alphas", "model.init_args.seed"]]
     loaded, jobs = load_and_plan(write_study(tmp_path, study))
     barrier = [j for j in jobs if j.stage == "barrier"]
     assert len(barrier) == 4 and len({j.id for j in barrier}) == 4
     got = [
-        (j.coordinates[WIDTH], j.coordinates["model.init_args.num_alphas"], j.inputs)
+        (j.coordinates[WIDTH], j.coordinates["model.init_args.evaluation.num_alphas"], j.inputs)
         for j in barrier
     ]
     assert [g[:2] for g in got] == [(4, 3), (4, 5), (8, 3), (8, 5)]
     assert got[0][2] == got[1][2] != got[2][2]  # one pair, two points
-    assert "--model.init_args.num_alphas=5" in barrier[1].args
+    assert "--model.init_args.evaluation.num_alphas=5" in barrier[1].args
     assert "--model.init_args.seed=1" in barrier[1].args
-    assert "model.init_args.num_alphas" in loaded.stage_keys()["barrier"]
+    assert "model.init_args.evaluation.num_alphas" in loaded.stage_keys()["barrier"]
 
 
 def _with_stage(**entries):
@@ -148,7 +151,9 @@ BAD = {
         "zipped keys need lists of one length",
     ),
     "unknown matcher in an evaluate stage's args": (
-        _with_stage(args=["--model.init_args.matcher=wieght", "--model.init_args.num_alphas=3"]),
+        _with_stage(
+            args=["--model.init_args.matcher=wieght", "--model.init_args.evaluation.num_alphas=3"]
+        ),
         "evaluate stage 'barrier': model.init_args.matcher: unknown matcher 'wieght'; choose "
         "one of none, weight",
     ),
@@ -191,7 +196,10 @@ BAD = {
     ),
     "evaluate network of another class": (
         _with_stage(
-            args=["--model.init_args.net=lmc.models.MLP", "--model.init_args.num_alphas=3"]
+            args=[
+                "--model.init_args.net=lmc.models.MLP",
+                "--model.init_args.evaluation.num_alphas=3",
+            ]
         ),
         "evaluate stage 'barrier' builds a lmc.models.MLP (model.init_args.net of its config) but "
         "the training jobs train a lmc.models.TwoLayerReLU",
@@ -277,8 +285,8 @@ BAD = {
         "evaluate stage 'barrier' grid key 'model.init_args.num_alpha' is not in its config",
     ),
     "stage grid value refused": (
-        _with_stage(grid={"model.init_args.num_alphas": ["many"]}),
-        "evaluate stage 'barrier'.grid.model.init_args.num_alphas: the value 'many' is refused",
+        _with_stage(grid={"model.init_args.evaluation.num_alphas": ["many"]}),
+        "evaluate stage 'barrier'.grid.model.init_args.evaluation.num_alphas: the value 'many' is refused",
     ),
     "stage grid repeats a selection key": (
         _with_stage(grid={WIDTH: [4, 8]}),

@@ -223,7 +223,7 @@ def test_000_init_scale(tmp_path):
         tmp_path,
         grid={"model.init_args.net.init_args.init_scale": scales, "seed_everything": [0, 1]},
         train_args=TINY_MNIST,
-        stage_args={"barrier": [*TINY_MNIST, "--model.init_args.num_alphas=3"]},
+        stage_args={"barrier": [*TINY_MNIST, "--model.init_args.evaluation.num_alphas=3"]},
     )
     table = run(path, tmp_path)
     key = "model.init_args.net.init_args.init_scale"
@@ -277,7 +277,7 @@ def test_000_pruning(tmp_path):
             "--trainer.limit_train_batches=2",
             "--trainer.callbacks.init_args.prune_epoch=1",
         ],
-        stage_args={"barrier": [*TINY_MNIST, "--model.init_args.num_alphas=3"]},
+        stage_args={"barrier": [*TINY_MNIST, "--model.init_args.evaluation.num_alphas=3"]},
     )
     table = run(path, tmp_path)
     for s in strategies:
@@ -312,7 +312,7 @@ def test_000_training(tmp_path):
         ],
         stage_args={
             "barrier": [
-                "--model.init_args.num_alphas=3",
+                "--model.init_args.evaluation.num_alphas=3",
                 "--data.init_args.n_train=64",
                 "--data.init_args.n_test=32",
             ]
@@ -383,13 +383,16 @@ def test_000_fusion(tmp_path):
     finetune_once and iterative fine-tune the dense models for as many epochs (1, 2 x 1) as at
     rate 0.5, so they differ from the plain dense fusion; the originals' accuracies are the same
     two models' in every job."""
-    strategy, rate = "model.init_args.prune_strategy", "model.init_args.prune_rate"
+    strategy, rate = (
+        "model.init_args.otfusion.prune_strategy",
+        "model.init_args.otfusion.prune_rate",
+    )
     path = tiny_study(
         "000_fusion",
         tmp_path,
         grid={"data.init_args.seed": [0, 0], "seed_everything": [0, 1]},
         train_args=[*TINY_MNIST, *TINY_FIT],
-        stage_args={"otfusion": [*TINY_MNIST, "--model.init_args.finetune_epochs=1"]},
+        stage_args={"otfusion": [*TINY_MNIST, "--model.init_args.otfusion.finetune_epochs=1"]},
     )
     study = yaml.safe_load(path.read_text())
     study["evaluate"][0]["grid"].update({rate: [0.0, 0.5]})
@@ -432,7 +435,7 @@ def test_004_geometry(tmp_path):
             "merge": [
                 *TINY_MNIST,
                 "--model.init_args.num_models=[3]",
-                "--model.init_args.sharpness_probes=2",
+                "--model.init_args.evaluation.sharpness_probes=2",
                 "--trainer.max_epochs=1",
                 "--trainer.limit_train_batches=2",
             ]
@@ -497,7 +500,11 @@ def test_003_mnist_width(tmp_path):
         grid={width: [8, 12], "seed_everything": [0, 1]},
         train_args=[*TINY_MNIST[:3], *TINY_MNIST[4:], *TINY_FIT],
         stage_args={
-            "barrier": [*TINY_MNIST[:3], *TINY_MNIST[4:], "--model.init_args.num_alphas=3"]
+            "barrier": [
+                *TINY_MNIST[:3],
+                *TINY_MNIST[4:],
+                "--model.init_args.evaluation.num_alphas=3",
+            ]
         },
     )
     table = run(path, tmp_path)
@@ -591,16 +598,16 @@ def test_000_fedma(tmp_path, monkeypatch):
     monkeypatch.setattr(fedma_module, "local_train", counted)
     monkeypatch.setattr(fusion_task, "local_train", counted)
     monkeypatch.setattr(fusion_methods, "fedma", fused)
-    rate = "model.init_args.prune_rate"
+    rate = "model.init_args.fedma.prune_rate"
     path = tiny_study(
         "000_fedma",
         tmp_path,
         grid={rate: [0.0, 0.5], "model.init_args.seed": [0]},
         train_args=[
             *TINY_MNIST,
-            "--model.init_args.clients=2",
-            "--model.init_args.local_epochs=1",
-            "--model.init_args.batch_size=32",
+            "--model.init_args.federated.clients=2",
+            "--model.init_args.federated.local_epochs=1",
+            "--model.init_args.federated.batch_size=32",
             "--data.init_args.limit_train=null",
         ],
     )
@@ -671,7 +678,7 @@ def test_000_training_mnist(tmp_path):
         tmp_path,
         grid={lr: [0.0, 0.1], wd: [0.0, 0.0005], "seed_everything": [0, 1]},
         train_args=[*TINY_MNIST, "--trainer.max_epochs=1", "--test_after_fit=false"],
-        stage_args={"barrier": [*TINY_MNIST, "--model.init_args.num_alphas=3"]},
+        stage_args={"barrier": [*TINY_MNIST, "--model.init_args.evaluation.num_alphas=3"]},
     )
     table = run(path, tmp_path)
     after = {}
@@ -712,7 +719,7 @@ def test_000_pruning_vgg(tmp_path):
             "--trainer.callbacks.init_args.prune_epoch=1",
             "--data.init_args.limit_train=null",
         ],
-        stage_args={"barrier": [*TINY_MNIST[:3], "--model.init_args.num_alphas=3"]},
+        stage_args={"barrier": [*TINY_MNIST[:3], "--model.init_args.evaluation.num_alphas=3"]},
     )
     table = run(path, tmp_path)
     for r in (0.0, 0.5):

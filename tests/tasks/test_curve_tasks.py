@@ -324,10 +324,10 @@ def test_moved_keys_check_reads_only_the_model_class_and_its_keys():
     new = ["fit", "-c", str(FMNIST), "--model.init_args.plane.size=3"]
     assert moved_keys_error(new) is None
     assert moved_keys_error([*new, "--model.init_args.plane=null"]) is None
-    # InterpolationTask has its own num_alphas/splits: nothing of CurveTask's table applies
-    assert (
-        moved_keys_error(["--model=lmc.tasks.InterpolationTask", "--model.splits=[test]"]) is None
-    )
+    # InterpolationTask has its own table: CurveTask's num_ts means nothing to it
+    assert moved_keys_error(["--model=lmc.tasks.InterpolationTask", "--model.num_ts=3"]) is None
+    err = moved_keys_error(["--model=lmc.tasks.InterpolationTask", "--model.splits=[test]"])
+    assert "model.init_args.splits moved to model.init_args.evaluation.splits" in err
     err = moved_keys_error(
         {"fit": {"model": {"class_path": "PAMTask", "init_args": {"perm_epochs": 2}}}}
     )

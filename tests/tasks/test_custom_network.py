@@ -67,7 +67,7 @@ def _barriers(data: Path, ckpts: list[Path], out: Path, spec: str) -> dict:
         f"--model.init_args.checkpoints=[{', '.join(map(str, ckpts))}]",
         f"--trainer.default_root_dir={out}",
         f"--data.init_args.data_dir={data}",
-        "--model.init_args.num_alphas=5",
+        "--model.init_args.evaluation.num_alphas=5",
         "--trainer.logger.init_args.offline=true",
         *DATA,
     )

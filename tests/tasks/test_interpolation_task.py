@@ -62,7 +62,7 @@ def _validate(root: Path, ckpts: list[Path], out: Path, *extra: str) -> None:
         f"--data.init_args.data_dir={root / 'data'}",
         "--data.init_args.val_size=32",
         "--data.init_args.alignment_size=64",
-        "--model.init_args.num_alphas=5",
+        "--model.init_args.evaluation.num_alphas=5",
         *extra,
     )
 
@@ -188,7 +188,7 @@ def test_non_finite_weights_are_refused_before_work_naming_file_and_key(
 def test_an_alpha_grid_without_interior_points_is_refused(mnist_pair, tmp_path):
     root, ckpts = mnist_pair
     with pytest.raises(ValueError, match="at least 3 points"):
-        _validate(root, ckpts, tmp_path / "out", "--model.init_args.num_alphas=2")
+        _validate(root, ckpts, tmp_path / "out", "--model.init_args.evaluation.num_alphas=2")
 
 
 def test_overlap_needs_a_teacher_and_is_refused_before_work(mnist_pair, tmp_path):

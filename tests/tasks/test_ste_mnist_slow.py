@@ -48,7 +48,7 @@ def test_stemm_merges_three_mnist_mlps_without_losing_accuracy(data_dir, tmp_pat
         CSV,
         f"--model.init_args.checkpoints=[{', '.join(map(str, ckpts))}]",
         "--model.init_args.num_models=[3]",
-        "--model.init_args.sharpness_probes=0",
+        "--model.init_args.evaluation.sharpness_probes=0",
         "--trainer.max_epochs=3",
         "--trainer.enable_progress_bar=false",
         f"--trainer.logger.init_args.save_dir={out}",

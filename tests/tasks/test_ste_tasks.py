@@ -113,13 +113,13 @@ def _overlay(config: Path, world: dict, out: Path) -> list[str]:
         "--data.init_args.eval_batch_size=16",
     ]
     if net.endswith("MLP"):
-        args.append("--model.init_args.sharpness_probes=2")
+        args.append("--model.init_args.evaluation.sharpness_probes=2")
         if not two:
             args.append("--model.init_args.num_models=[2, 3]")
     else:  # BatchNorm nets: the same code paths, fewer evaluations on 2 CPU cores
         args += [
-            "--model.init_args.sharpness_probes=0",
-            "--model.init_args.pairwise=false",
+            "--model.init_args.evaluation.sharpness_probes=0",
+            "--model.init_args.evaluation.pairwise=false",
             "--model.init_args.num_models=[3]",
             "--model.init_args.baselines=[wm_ref]",  # MergeMany: covered on the MLPs
         ]
@@ -156,7 +156,7 @@ def test_every_merge_config_runs(config, world, tmp_path):
         for key in ("test/acc", "test/loss_gap", "distance_ratio_mean"):
             assert isinstance(ev["metrics"][key], float), key
         assert not mlp or isinstance(ev["metrics"]["sharpness"], float)
-        if mlp and load_yaml(config)["model"]["init_args"]["pairwise"]:
+        if mlp and load_yaml(config)["model"]["init_args"]["evaluation"]["pairwise"]:
             assert isinstance(ev["metrics"]["test/pairwise_loss_gap"], float)
     if two:
         assert (run / "matched.ckpt").is_file()
@@ -248,7 +248,7 @@ def test_merge_task_runs_any_registered_method_by_name(world, tmp_path):
         *_overlay(config, world, tmp_path),
         "--model.init_args.methods=[wm_ref, otfusion, stemm]",
         "--model.init_args.method_options={stemm: {epochs: 1, max_steps: 2}}",
-        "--model.init_args.pairwise=false",
+        "--model.init_args.evaluation.pairwise=false",
     )
     [run] = run_dirs(tmp_path)
     payload = json.loads((run / "summary.json").read_text())
@@ -263,3 +263,22 @@ def test_merge_task_runs_any_registered_method_by_name(world, tmp_path):
     assert payload["diagnostics"]["otfusion"]["n3"]["widths"]  # non-scalar: kept as details
     table = torch.load(run / "permutations.pt", weights_only=True)
     assert set(table["wm_ref"]) == set(table["stemm"]) == {2, 3} and not table["otfusion"]
+
+
+@pytest.mark.parametrize(
+    ("config", "old", "new"),
+    [
+        ("mnist_mlp_baselines.yaml", "pairwise", "evaluation.pairwise"),
+        ("mnist_mlp_stemm.yaml", "keep_best", "search.keep_best"),
+        ("mnist_mlp_sinkhorn.yaml", "tau_start", "search.tau_start"),
+        ("mnist_mlp_otfusion.yaml", "prune_rate", "otfusion.prune_rate"),
+        ("mnist_mlp_fedma.yaml", "clients", "federated.clients"),
+        ("mnist_mlp_fedma.yaml", "sigma0", "fedma.sigma0"),
+    ],
+)
+def test_a_merge_tasks_old_flat_key_names_its_group(config, old, new):
+    """A saved config of an earlier version (flat keys) gets the error naming the new key."""
+    from lmc.engine.moved import moved_keys_error
+
+    err = moved_keys_error(["-c", str(CONFIGS / "merge" / config), f"--model.init_args.{old}=1"])
+    assert f"model.init_args.{old} moved to model.init_args.{new}" in err

@@ -93,8 +93,8 @@ def test_vit_permuted_copy_has_zero_matched_barrier(trained, tmp_path):
         data,
         [model, permuted],
         tmp_path,
-        "--model.init_args.num_alphas=5",
-        "--model.init_args.splits=[train]",
+        "--model.init_args.evaluation.num_alphas=5",
+        "--model.init_args.evaluation.splits=[train]",
     )
     assert s["barrier_loss_naive"] > 1e-3  # the permutation breaks the straight line
     assert abs(s["barrier_loss_matched"]) < 1e-5  # weight matching undoes it exactly
@@ -108,9 +108,7 @@ def test_vit_merges_with_its_permuted_copy_into_itself(trained, tmp_path):
         net=barrier["model"]["init_args"]["net"],
         num_models=[2],
         methods=["naive", "wm_ref"],
-        splits=["train"],
-        pairwise=False,
-        sharpness_probes=0,
+        evaluation={"splits": ["train"], "pairwise": False, "sharpness_probes": 0},
         spec="auto",
     )
     cfg["data"] = barrier["data"]
