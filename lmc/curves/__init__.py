@@ -45,7 +45,6 @@ from lmc.curves.options import (
     PAMOptions,
     PlaneOptions,
     RobustOptions,
-    as_options,
 )
 from lmc.curves.pam import (
     PAMRounding,
@@ -73,7 +72,6 @@ __all__ = [
     "RobustOptions",
     "adversarial_batches",
     "arc_length_weights",
-    "as_options",
     "as_pgd",
     "basis",
     "basis_derivative",

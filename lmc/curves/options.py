@@ -20,31 +20,19 @@ A group left out takes its defaults; :func:`as_options` turns a mapping of a gro
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Literal
 
 from lmc.curves.attack import PGD, as_pgd
 from lmc.curves.basis import CurveKind
 from lmc.curves.birkhoff import Projection
 from lmc.curves.evaluate import BNData, BNMode
+from lmc.options import EvaluationOptions, Split, check_choice, set_field
 
-# The splits a task caches (``train`` is the alignment subset; lmc.tasks.base.Split).
-EvalSplit = Literal["train", "val", "test"]
+EvalSplit = Split
 #: a name of the matcher registry (lmc.permutation.MATCHERS): ``none``, ``correlation``, ...
 AlignmentMethod = str
 PlaneKind = Literal["none", "alignment", "curve"]
-
-T = TypeVar("T")
-
-
-def _check_choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
-
-
-def _set(obj: Any, name: str, value: Any) -> None:
-    object.__setattr__(obj, name, value)  # normalising a field of a frozen dataclass
 
 
 @dataclass(frozen=True)
@@ -63,7 +51,7 @@ class CurveOptions:
     weight_decay: float = 0.0
 
     def __post_init__(self) -> None:
-        _check_choice("curve.kind", self.kind, ("bezier", "polychain"))
+        check_choice("curve.kind", self.kind, ("bezier", "polychain"))
         if self.order < 1 or self.weight_decay < 0:
             raise ValueError(
                 f"need curve.order >= 1 and curve.weight_decay >= 0, got order={self.order}, "
@@ -93,28 +81,25 @@ class AlignmentOptions:
 
 
 @dataclass(frozen=True)
-class CurveEvaluationOptions:
-    """Where and on what the curve is evaluated (002 §4: 61 values of t).
+class CurveEvaluationOptions(EvaluationOptions):
+    """Where and on what the curve is evaluated (002 §4: 61 values of t): the ``splits`` and
+    ``max_batches`` of :class:`lmc.options.EvaluationOptions`, plus
 
     Args:
         num_ts: points of the uniform t grid, endpoints included.
-        splits: evaluated splits; ``train`` is the alignment subset of train.
-        max_batches: cap on cached batches per evaluated split (``None``: all).
         at_fit_end: evaluate the curve when ``fit`` ends.
         robust_splits: splits also evaluated under attack when ``robust.attack`` is set.
     """
 
     num_ts: int = 61
-    splits: list[EvalSplit] = field(default_factory=lambda: ["train", "test"])
-    max_batches: int | None = None
     at_fit_end: bool = True
     robust_splits: list[EvalSplit] = field(default_factory=lambda: ["test"])
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.num_ts < 2:
             raise ValueError(f"evaluation.num_ts must be at least 2, got {self.num_ts}")
-        _set(self, "splits", list(self.splits or ()) or ["train", "test"])
-        _set(self, "robust_splits", list(self.robust_splits or ()) or ["test"])
+        set_field(self, "robust_splits", list(self.robust_splits or ()) or ["test"])
 
 
 @dataclass(frozen=True)
@@ -133,8 +118,8 @@ class BatchNormOptions:
     data: BNData = "clean"
 
     def __post_init__(self) -> None:
-        _check_choice("batchnorm.mode", self.mode, ("recompute", "interpolate"))
-        _check_choice("batchnorm.data", self.data, ("clean", "adversarial"))
+        check_choice("batchnorm.mode", self.mode, ("recompute", "interpolate"))
+        check_choice("batchnorm.data", self.data, ("clean", "adversarial"))
 
 
 @dataclass(frozen=True)
@@ -153,7 +138,7 @@ class PlaneOptions:
     margin: float = 0.2
 
     def __post_init__(self) -> None:
-        _check_choice("plane.kind", self.kind, ("none", "alignment", "curve"))
+        check_choice("plane.kind", self.kind, ("none", "alignment", "curve"))
         if self.size < 2:
             raise ValueError(f"plane.size must be at least 2, got {self.size}")
 
@@ -173,7 +158,7 @@ class RobustOptions:
     pixel_space: bool = True
 
     def __post_init__(self) -> None:
-        _set(self, "attack", as_pgd(self.attack))
+        set_field(self, "attack", as_pgd(self.attack))
 
 
 @dataclass(frozen=True)
@@ -216,22 +201,4 @@ class PAMOptions:
                 "need pam.outer_iterations >= 1, pam.perm_epochs >= 0 and pam.curve_epochs >= 0, "
                 f"got {self.outer_iterations}, {self.perm_epochs}, {self.curve_epochs}"
             )
-        _check_choice("pam.projection", self.projection, ("alternating", "sinkhorn"))
-
-
-def as_options(cls: type[T], value: T | Mapping[str, Any] | None, default: T | None = None) -> T:
-    """``value`` as an instance of the option dataclass ``cls``.
-
-    ``None`` gives ``default`` (else ``cls()``); a mapping of the fields (from a checkpoint's
-    hyper-parameters, possibly as ``{class_path, init_args}``) is passed to ``cls``.
-    """
-    if value is None:
-        return default if default is not None else cls()
-    if isinstance(value, cls):
-        return value
-    if isinstance(value, Mapping):
-        fields = value.get("init_args", {}) if "class_path" in value else value
-        return cls(**dict(fields))
-    raise TypeError(
-        f"expected {cls.__name__}, a mapping of its fields or None, got {type(value).__name__}"
-    )
+        check_choice("pam.projection", self.projection, ("alternating", "sinkhorn"))

@@ -24,7 +24,6 @@ from lmc.studies.schema import (
     SPAWN_EPOCH,
     TRAIN_STAGE,
     EvaluateStage,
-    Pairs,
     SpawnStage,
     Study,
     StudyError,
@@ -132,30 +131,8 @@ def _coord_args(coords: Mapping[str, Any]) -> list[str]:
 def _selections(stage: EvaluateStage, train_jobs: list[Job]) -> list[list[Job]]:
     """The train jobs each evaluate job of ``stage`` takes, in order: per pair, the reference
     model then the other; per group, one model per selected value of ``vary``."""
-    select = stage.select
-    over, vary = select.over, select.vary
-
-    def key(job: Job) -> tuple[str, ...]:
-        return tuple(repr(job.coordinates[k]) for k in over)
-
-    if isinstance(select, Pairs):
-        refs = [j for j in train_jobs if select.is_reference(j.coordinates[vary])]
-        return [
-            [ref, other]
-            for ref in refs
-            for other in train_jobs
-            if key(other) == key(ref)
-            and select.pairs_with(ref.coordinates[vary], other.coordinates[vary])
-        ]
-    order = list(select.values) if select.values is not None else None
-    groups: dict[tuple[str, ...], list[Job]] = {}
-    for job in train_jobs:
-        if order is None or job.coordinates[vary] in order:
-            groups.setdefault(key(job), []).append(job)
-    if order is not None:
-        for members in groups.values():
-            members.sort(key=lambda j: order.index(j.coordinates[vary]))
-    return [members for members in groups.values() if len(members) >= 2]
+    chosen = stage.select.select([j.coordinates for j in train_jobs])
+    return [[train_jobs[i] for i in members] for members in chosen]
 
 
 def _evaluate_jobs(
@@ -178,7 +155,7 @@ def _evaluate_jobs(
         first = members[0].coordinates
         values = [m.coordinates[select.vary] for m in members]
         selected = {k: first[k] for k in select.over}
-        selected[select.vary] = values[1] if isinstance(select, Pairs) else values
+        selected[select.vary] = select.coordinate(values)
         shared = (*base, *_coord_args({k: first[k] for k in passed}))
         inputs = tuple(m.id for m in members)
         for point in points:  # the stage's own grid: each selection at every point
@@ -195,8 +172,7 @@ def _evaluate_jobs(
                 )
             )
     if not jobs:
-        what = "pair" if isinstance(select, Pairs) else "group of two or more"
-        raise StudyError(f"evaluate stage {stage.name!r} selects no {what} of training jobs")
+        raise StudyError(f"evaluate stage {stage.name!r} selects no {select.noun} of training jobs")
     return jobs
 
 

@@ -53,9 +53,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 TRAIN_STAGE = "train"
 
@@ -104,10 +105,20 @@ class StudyError(ValueError):
     """The study file (or the study folder) cannot be used; the message says what to change."""
 
 
+Coordinates = Mapping[str, Any]
+
+
+def _same_over(over: tuple[str, ...], coords: Coordinates) -> tuple[str, ...]:
+    return tuple(repr(coords[k]) for k in over)
+
+
 @dataclass(frozen=True)
 class Pairs:
     """Pairs of trained models: equal on every ``over`` key, one at ``vary == reference``
     (a value, or a tuple of values: each is paired with the models at none of them)."""
+
+    #: one selection, in messages
+    noun: ClassVar[str] = "pair"
 
     over: tuple[str, ...]
     vary: str
@@ -127,15 +138,51 @@ class Pairs:
             return any(r == ref and v == value for r, v in self.partners)
         return not self.is_reference(value)
 
+    def select(self, models: Sequence[Coordinates]) -> list[list[int]]:
+        """The indices into ``models`` (their coordinates) of every pair: the reference, then
+        its partner."""
+        key = _same_over
+        return [
+            [i, j]
+            for i, ref in enumerate(models)
+            if self.is_reference(ref[self.vary])
+            for j, other in enumerate(models)
+            if key(self.over, other) == key(self.over, ref)
+            and self.pairs_with(ref[self.vary], other[self.vary])
+        ]
+
+    def coordinate(self, values: list[Any]) -> Any:
+        """A selection's ``vary`` coordinate: the partner's value."""
+        return values[1]
+
 
 @dataclass(frozen=True)
 class Groups:
     """Groups of trained models: equal on every ``over`` key, one per value of ``vary`` in
     ``values`` (all of them when ``None``), in that order."""
 
+    noun: ClassVar[str] = "group of two or more"
+
     over: tuple[str, ...]
     vary: str
     values: tuple[Any, ...] | None = None
+
+    def select(self, models: Sequence[Coordinates]) -> list[list[int]]:
+        """The indices into ``models`` of every group of two or more, one model per selected
+        value of ``vary``, in the order of ``values`` (else the models')."""
+        order = list(self.values) if self.values is not None else None
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for i, coords in enumerate(models):
+            if order is None or coords[self.vary] in order:
+                groups.setdefault(_same_over(self.over, coords), []).append(i)
+        if order is not None:
+            for members in groups.values():
+                members.sort(key=lambda i: order.index(models[i][self.vary]))
+        return [members for members in groups.values() if len(members) >= 2]
+
+    def coordinate(self, values: list[Any]) -> Any:
+        """A selection's ``vary`` coordinate: the list of its models' values."""
+        return values
 
 
 @dataclass(frozen=True)

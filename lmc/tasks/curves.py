@@ -26,12 +26,12 @@ from lmc.curves.options import (
     CurveOptions,
     PlaneOptions,
     RobustOptions,
-    as_options,
 )
 from lmc.curves.plane import PlaneResult, plane_grid
 from lmc.interpolation.states import check_compatible
 from lmc.io import load_endpoints
 from lmc.optim import default_optimizer
+from lmc.options import as_options
 from lmc.permutation import apply_permutation, match
 from lmc.permutation.spec import PermutationSpec
 from lmc.tasks.base import (

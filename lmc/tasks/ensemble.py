@@ -11,12 +11,12 @@ from lightning.pytorch.cli import OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from lmc.curves.options import as_options
 from lmc.evaluation import LossName, batch_loss
 from lmc.interpolation.barrier import BarrierDefinition, check_definition
 from lmc.interpolation.study import Matcher, StudyResult, interpolation_study
 from lmc.models.init import reinitialize
 from lmc.optim import default_optimizer
+from lmc.options import as_options
 from lmc.permutation.matchers import MATCHERS
 from lmc.tasks.base import (
     LMCTask,

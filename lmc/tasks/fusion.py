@@ -13,7 +13,6 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from lmc.curves.options import as_options
 from lmc.data.federated import client_batches, dirichlet_split
 from lmc.evaluation import evaluate, has_batchnorm, reset_bn
 from lmc.interpolation.states import weighted_average
@@ -21,6 +20,7 @@ from lmc.io import load_endpoints
 from lmc.merging.contract import MERGE_METHODS, MergeInputs
 from lmc.merging.fedma import local_train
 from lmc.merging.otfusion import materialize
+from lmc.options import as_options
 from lmc.results import RunRecord
 from lmc.results.logging import publish, run_config
 from lmc.tasks.base import (
@@ -43,8 +43,14 @@ from lmc.tasks.rundir import run_dir
 class _FusionBase(EvaluationTask):
     """Evaluation and the results record shared by the fusion tasks."""
 
-    splits: list[str]
-    max_batches: int | None
+    def __init__(
+        self, net: nn.Module, evaluation: EvaluationOptions | None, seed: int, spec: str
+    ) -> None:
+        super().__init__()
+        object.__setattr__(self, "_net", net)  # a template, not checkpointed
+        self.spec_source = SpecSource(spec, net)
+        evaluation = as_options(EvaluationOptions, evaluation)
+        self.splits, self.max_batches, self.seed = evaluation.splits, evaluation.max_batches, seed
 
     def _report(
         self,
@@ -125,14 +131,10 @@ class OTFusionTask(_FusionBase):
         seed: int = 0,
         spec: str = "auto",
     ) -> None:
-        super().__init__()
+        super().__init__(net, evaluation, seed, spec)
         save_task_hparams(self, ["net"])
-        object.__setattr__(self, "_net", net)
-        self.spec_source = SpecSource(spec, net)
         self.files, self.states = load_endpoints(checkpoints, None, "model.init_args.checkpoints")
         self.options = as_options(OTFusionOptions, otfusion)
-        evaluation = as_options(EvaluationOptions, evaluation)
-        self.splits, self.max_batches, self.seed = evaluation.splits, evaluation.max_batches, seed
 
     def evaluate(self) -> None:
         with torch.inference_mode(False):
@@ -192,14 +194,10 @@ class FedMATask(_FusionBase):
         seed: int = 0,
         spec: str = "auto",
     ) -> None:
-        super().__init__()
+        super().__init__(net, evaluation, seed, spec)
         save_task_hparams(self, ["net"])
-        object.__setattr__(self, "_net", net)
-        self.spec_source = SpecSource(spec, net)
         self.clients = as_options(ClientOptions, federated)
         self.options = as_options(FedMAOptions, fedma)
-        evaluation = as_options(EvaluationOptions, evaluation)
-        self.splits, self.max_batches, self.seed = evaluation.splits, evaluation.max_batches, seed
 
     def evaluate(self) -> None:
         with torch.inference_mode(False):

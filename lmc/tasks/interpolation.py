@@ -7,7 +7,6 @@ from typing import Any, ClassVar, Literal
 
 from torch import nn
 
-from lmc.curves.options import as_options
 from lmc.interpolation.barrier import BarrierDefinition, check_definition
 from lmc.interpolation.states import check_compatible
 from lmc.interpolation.study import (
@@ -18,6 +17,7 @@ from lmc.interpolation.study import (
 )
 from lmc.io import load_endpoints, load_state, save_net_checkpoint
 from lmc.metrics.entropy import gaussian_layer_entropies
+from lmc.options import as_options
 from lmc.permutation.matchers import MATCHERS
 from lmc.tasks.base import (
     EvaluationTask,

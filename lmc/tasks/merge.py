@@ -13,7 +13,6 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from lmc.curves.options import as_options
 from lmc.evaluation import has_batchnorm, reset_bn
 from lmc.io import atomic_write, load_endpoints
 from lmc.merging import (
@@ -29,6 +28,7 @@ from lmc.merging import (
     parameter_keys,
 )
 from lmc.merging.otfusion import materialize
+from lmc.options import as_options
 from lmc.permutation import PermutationSpec
 from lmc.permutation.weight_matching import Method
 from lmc.tasks.base import (

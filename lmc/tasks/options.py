@@ -19,18 +19,15 @@ A group left out takes its defaults; a study's grid sets one field by its dotted
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Literal
+from dataclasses import dataclass, fields
 
 from lmc.interpolation.barrier import alpha_grid
 from lmc.interpolation.study import Repair
 from lmc.merging.otfusion import Metric, PruneStrategy
 from lmc.merging.sinkhorn import Init
 from lmc.merging.ste import Mixing
+from lmc.options import EvaluationOptions
 from lmc.permutation.weight_matching import Method
-
-# The splits a task caches (``train`` is the alignment subset of the training split).
-Split = Literal["train", "val", "test"]
 
 
 def moved_into(group: str, cls: type, exclude: tuple[str, ...] = ()) -> dict[str, str]:
@@ -38,31 +35,6 @@ def moved_into(group: str, cls: type, exclude: tuple[str, ...] = ()) -> dict[str
     ``moved_keys`` for keys that were its own before they were grouped (an old config then
     gets an error naming the new key; :mod:`lmc.engine.moved`)."""
     return {f.name: f"{group}.{f.name}" for f in fields(cls) if f.name not in exclude}
-
-
-@dataclass(frozen=True)
-class EvaluationOptions:
-    """Where a task evaluates its models.
-
-    Args:
-        splits: the evaluated splits, ``train`` meaning the alignment subset of train; the last
-            one is reported (``test`` by default).
-        max_batches: cap on the cached batches per split (quick looks; ``None``: all).
-    """
-
-    splits: list[Split] = field(default_factory=lambda: ["train", "test"])
-    max_batches: int | None = None
-
-    def __post_init__(self) -> None:
-        splits = list(self.splits) if self.splits else ["train", "test"]
-        bad = [s for s in splits if s not in ("train", "val", "test")]
-        if bad or len(set(splits)) != len(splits):
-            raise ValueError(
-                f"evaluation.splits must list distinct splits among train, val, test; got {splits}"
-            )
-        if self.max_batches is not None and self.max_batches < 1:
-            raise ValueError(f"evaluation.max_batches must be >= 1, got {self.max_batches}")
-        object.__setattr__(self, "splits", splits)
 
 
 @dataclass(frozen=True)

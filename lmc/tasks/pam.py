@@ -11,8 +11,9 @@ from torch import Tensor, nn
 
 from lmc.curves.birkhoff import project_doubly_stochastic
 from lmc.curves.evaluate import curve_objective, t_grid
-from lmc.curves.options import AlignmentOptions, PAMOptions, as_options
+from lmc.curves.options import AlignmentOptions, PAMOptions
 from lmc.curves.pam import permutation_matrices, proximal_penalty, round_pam, soft_permute
+from lmc.options import as_options
 from lmc.permutation import apply_permutation, identity_permutation
 from lmc.permutation.source import needs_example
 from lmc.permutation.spec import PermutationSpec

@@ -15,7 +15,6 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 
-from lmc.curves.options import as_options
 from lmc.evaluation import batch_loss
 from lmc.io import save_net_checkpoint
 from lmc.merging import (
@@ -28,6 +27,7 @@ from lmc.merging import (
     merge_sweep,
 )
 from lmc.optim import default_optimizer
+from lmc.options import as_options
 from lmc.tasks.base import LMCTask, SpecSource, save_task_hparams
 from lmc.tasks.merge import MergeReporter, load_models
 from lmc.tasks.options import MergeEvaluationOptions, STEOptions, moved_into

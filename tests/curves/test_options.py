@@ -15,8 +15,8 @@ from lmc.curves import (
     PAMOptions,
     PlaneOptions,
     RobustOptions,
-    as_options,
 )
+from lmc.options import as_options
 
 
 def test_defaults_are_the_former_flat_defaults():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lmc.studies import StudyError, load_and_plan, run_study
+from lmc.studies.schema import EVALUATE_KINDS, Groups, Pairs
 from tests.helpers import CONFIGS
 from tests.studies.conftest import WIDTH, tiny_study, width_claim, write_study
 
@@ -433,3 +434,38 @@ def test_has_key_reads_a_list_as_its_last_entry():
     assert has_key(cfg, "trainer.callbacks.init_args.rate")
     assert not has_key(cfg, "trainer.callbacks.init_args.bits")
     assert not has_key({"trainer": {"callbacks": []}}, "trainer.callbacks.init_args")
+
+
+@pytest.mark.parametrize("kind", sorted(EVALUATE_KINDS))
+def test_every_stage_kind_selects_known_models(kind, tmp_path):
+    """Every registered stage kind: its selector (pairs or groups) picks, among six models of two
+    widths and three seeds, the known selections, each within one width; a stage of the kind
+    given the other selector is refused by name."""
+    stage_kind = EVALUATE_KINDS[kind]
+    models = [{WIDTH: w, "seed_everything": s} for w in (4, 8) for s in (0, 1, 2)]
+    if stage_kind.selects == "pairs":
+        select = Pairs((WIDTH,), "seed_everything", 0)
+        expected = [[0, 1], [0, 2], [3, 4], [3, 5]]
+        assert select.coordinate([0, 2]) == 2
+    else:
+        assert stage_kind.selects == "groups"
+        select = Groups((WIDTH,), "seed_everything", (2, 0))
+        expected = [[2, 0], [5, 3]]
+        assert select.coordinate([2, 0]) == [2, 0]
+    assert select.select(models) == expected
+    assert stage_kind.prefix and "/" not in stage_kind.prefix
+    other = "groups" if stage_kind.selects == "pairs" else "pairs"
+    stage = {
+        "name": "s",
+        "kind": kind,
+        "config": str(CONFIGS / "studies" / "teacher_student_barrier.yaml"),
+        other: {
+            "over": [WIDTH],
+            "vary": "seed_everything",
+            **({"reference": 0} if other == "pairs" else {}),
+        },
+    }
+    with pytest.raises(
+        StudyError, match=f"a {kind} stage selects its models with `{stage_kind.selects}`"
+    ):
+        load_and_plan(write_study(tmp_path, tiny_study(evaluate=[stage])))

@@ -1,0 +1,48 @@
+"""The option groups shared by the tasks (lmc.options, lmc.tasks.options): defaults, the checks
+each group makes when built (naming the option), and mappings read back."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmc.options import EvaluationOptions, as_options
+from lmc.tasks.options import (
+    ClientOptions,
+    MergeEvaluationOptions,
+    PathEvaluationOptions,
+    moved_into,
+)
+
+
+def test_evaluation_defaults_and_normalised_splits():
+    assert EvaluationOptions() == EvaluationOptions(["train", "test"], None)
+    assert EvaluationOptions(splits=[]).splits == ["train", "test"]  # an empty list: the default
+    opts = as_options(MergeEvaluationOptions, {"splits": ["test"], "pairwise": False})
+    assert opts.splits == ["test"] and not opts.pairwise and opts.sharpness_probes == 0
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: EvaluationOptions(splits=["test", "test"]), "distinct splits"),
+        (lambda: EvaluationOptions(splits=["tset"]), "among train, val, test; got \\['tset'\\]"),
+        (lambda: EvaluationOptions(max_batches=0), "evaluation.max_batches must be >= 1"),
+        (lambda: PathEvaluationOptions(num_alphas=2), "num_alphas >= 3"),
+        (lambda: PathEvaluationOptions(repair="reset"), "evaluation.repair must be none"),
+        (lambda: MergeEvaluationOptions(sharpness_batches=0), "evaluation.sharpness_batches"),
+        (lambda: ClientOptions(clients=1), "federated.clients must be >= 2"),
+        (lambda: ClientOptions(alpha=0.0), "federated.alpha must be > 0"),
+    ],
+)
+def test_a_bad_option_is_refused_by_name(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_moved_into_maps_every_field_to_its_group():
+    assert moved_into("evaluation", PathEvaluationOptions) == {
+        "splits": "evaluation.splits",
+        "max_batches": "evaluation.max_batches",
+        "num_alphas": "evaluation.num_alphas",
+        "repair": "evaluation.repair",
+    }
