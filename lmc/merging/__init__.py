@@ -80,6 +80,7 @@ from lmc.merging.ste import (
     sample_mixing_weights,
     straight_through,
 )
+from lmc.merging.zipit import zip_clusters, zip_merge, zip_states
 
 __all__ = [
     "MergeInputs",
@@ -93,6 +94,9 @@ __all__ = [
     "otfusion_merge",
     "sinkhorn_merge",
     "stemm_merge",
+    "zip_clusters",
+    "zip_merge",
+    "zip_states",
     "CCMMResult",
     "SinkhornRebasin",
     "SinkhornResult",

@@ -246,20 +246,21 @@ def test_merge_task_runs_any_registered_method_by_name(world, tmp_path):
         "-c",
         CSV,
         *_overlay(config, world, tmp_path),
-        "--model.init_args.methods=[wm_ref, otfusion, stemm]",
+        "--model.init_args.methods=[wm_ref, otfusion, stemm, zip]",
         "--model.init_args.method_options={stemm: {epochs: 1, max_steps: 2}}",
         "--model.init_args.evaluation.pairwise=false",
     )
     [run] = run_dirs(tmp_path)
     payload = json.loads((run / "summary.json").read_text())
     by = {(e["method"], e["n"]): e["metrics"] for e in payload["evaluations"]}
-    assert set(by) == {(m, n) for m in ("wm_ref", "otfusion", "stemm") for n in (2, 3)}
+    assert set(by) == {(m, n) for m in ("wm_ref", "otfusion", "stemm", "zip") for n in (2, 3)}
     for n in (2, 3):
         assert "distance_ratio_mean" in by[("stemm", n)]
         assert "distance_ratio_mean" not in by[("otfusion", n)]  # no permutations: no geometry
         assert isinstance(by[("otfusion", n)]["test/acc"], float)
         assert isinstance(payload["summary"][f"stemm/n{n}/final_loss"], float)
         assert payload["summary"][f"otfusion/n{n}/seconds"] > 0
+        assert 0 <= payload["summary"][f"zip/n{n}/same_model/layers.0"] <= 1
     assert payload["diagnostics"]["otfusion"]["n3"]["widths"]  # non-scalar: kept as details
     table = torch.load(run / "permutations.pt", weights_only=True)
     assert set(table["wm_ref"]) == set(table["stemm"]) == {2, 3} and not table["otfusion"]

@@ -1,0 +1,255 @@
+"""ZipIt! (Stoica et al., ICLR 2024): merging models feature by feature, within a model as well as
+across models (SPEC C6); pure, no Lightning.
+
+For every permutation group (a layer's units, a residual stream) the n models' features are
+pooled into one set of n·k features; their Pearson correlations on the alignment subset (summed
+over the group's activation points, as :func:`~lmc.permutation.activation_matching` does) drive a
+greedy matching that merges the most correlated pair of features, from two models or from the
+same one, until k features are left (ZipIt! Alg. 1, "zip"):
+
+* ``alpha``: after a merge, the merged feature's correlations are the minimum of its members'
+  times ``alpha``; ``alpha <= 0`` forbids a merged feature to merge again with features of the
+  models it came from.
+* ``beta``: each model may merge two of its own features ``beta`` times its share of the merges
+  (``beta * (n·k - k) / n``, floored); 0 forbids same-model merges.
+
+A group's merge matrix ``M`` (k x n·k) averages each merged feature's members and its unmerge
+matrix ``U`` (n·k x k) copies a merged feature back to each member. Every state-dict entry is
+zipped through the spec's axes: an axis that produces a group's features (axis 0) is merged
+with ``M``, an axis that consumes them (axis >= 1) is unmerged with ``U``, and the n models'
+zipped entries are summed -- an entry that produces no group (a classifier's output layer) is
+averaged instead. Merged features are ordered by their first member (model 0's order where it
+has one), so zipping a model with a permuted copy of itself returns the model.
+
+With no same-model merges (``beta = 0``), no repeated merges (``alpha <= 0``) and two models,
+the greedy matching is a bipartite one; ``lmc`` then solves it exactly with the LAP solver (the
+greedy picks are its approximation), so that zip equals correlation activation matching
+followed by averaging. BatchNorm statistics are zipped like parameters; re-estimate them
+(``lmc.evaluation.reset_bn``) before evaluating, as the merge tasks do. Partial zipping (a zipped
+trunk with per-model heads) is not built yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from lmc.evaluation import batch_inputs
+from lmc.merging.contract import MERGE_METHODS, Merged, MergeInputs
+from lmc.merging.otfusion import materialize
+from lmc.permutation.activation_matching import CrossStatistics
+from lmc.permutation.lap import get_solver
+from lmc.permutation.spec import PermutationSpec, SpecError, StateDict
+
+
+def union_correlations(
+    net: nn.Module,
+    states: Sequence[StateDict],
+    spec: PermutationSpec,
+    batches: Iterable[Any],
+) -> dict[str, Tensor]:
+    """Group -> the ``(n·k, n·k)`` correlation of the n models' pooled features (model 0's k
+    features first), summed over the group's activation points, on the CPU in float64."""
+    sizes = spec.sizes(states[0])
+    missing = [g for g in sizes if not spec.activations.get(g)]
+    if missing:
+        raise SpecError(
+            f"groups {missing[:5]} have no activation points in the spec; zip needs "
+            "spec.activations (built-in and derived specs provide them)"
+        )
+    models = [materialize(net, s).eval() for s in states]
+    points = sorted({p for g in sizes for p in spec.activations[g]})
+    captured: list[dict[str, Tensor]] = [{} for _ in models]
+    handles = []
+
+    def hook(i: int, name: str):
+        def fn(_m: nn.Module, _inp: Any, out: Any) -> None:
+            captured[i][name] = out.movedim(1, -1).reshape(-1, out.shape[1])
+
+        return fn
+
+    stats: dict[str, CrossStatistics] = {}
+    try:
+        for i, model in enumerate(models):
+            for p in points:
+                handles.append(model.get_submodule(p).register_forward_hook(hook(i, p)))
+        with torch.inference_mode():
+            for batch in batches:
+                for model in models:
+                    x = batch_inputs(batch)
+                    model(x.to(next(model.parameters()).device))
+                for p in points:
+                    pooled = torch.cat([c.pop(p) for c in captured], dim=1)
+                    stats.setdefault(p, CrossStatistics(pooled.shape[1], pooled.device))
+                    stats[p].update(pooled, pooled)
+    finally:
+        for h in handles:
+            h.remove()
+    if not stats:
+        raise ValueError("zip needs the alignment subset: the batches were empty")
+    out = {}
+    for g, k in sizes.items():
+        total = torch.zeros(len(states) * k, len(states) * k, dtype=torch.float64)
+        for p in spec.activations[g]:
+            if stats[p].n != len(states) * k:
+                raise SpecError(
+                    f"activation point {p!r} has {stats[p].n // len(states)} channels but group "
+                    f"{g!r} has {k}"
+                )
+            total += stats[p].correlation().cpu()
+        out[g] = total
+    return out
+
+
+def zip_clusters(
+    corr: Tensor, num_models: int, alpha: float = 0.3, beta: float = 0.125
+) -> list[list[int]]:
+    """ZipIt!'s greedy matching of ``n·k`` pooled features into ``k`` merged ones.
+
+    Args:
+        corr: ``(n·k, n·k)`` correlations of the pooled features (model ``i``'s features at
+            ``i·k .. (i+1)·k - 1``).
+        num_models: n.
+        alpha: weight of a merged feature's correlations (``<= 0``: it cannot merge again with
+            features of its members' models).
+        beta: each model's budget of same-model merges, as a fraction of its share.
+
+    Returns:
+        The k merged features as sorted lists of pooled indices, ordered by first member.
+    """
+    total = corr.shape[0]
+    k = total // num_models
+    if k * num_models != total or corr.shape != (total, total):
+        raise ValueError(f"expected a square correlation of {num_models} x k features")
+    origin = torch.arange(total) // k
+    if num_models == 2 and alpha <= 0 and beta <= 0:  # a bipartite matching: solved exactly
+        solve, _ = get_solver("scipy")
+        perm = solve(-corr[:k, k:].numpy()).perm
+        return [[i, k + int(perm[i])] for i in range(k)]
+    sims = corr.clone().double()
+    sims.fill_diagonal_(-torch.inf)
+    members = [[i] for i in range(total)]
+    alive = torch.ones(total, dtype=torch.bool)
+    budget = [int((total - k) / num_models * beta + 1e-4)] * num_models
+    for m in range(num_models):
+        if budget[m] <= 0:
+            block = origin == m
+            sims[block[:, None] & block[None, :]] = -torch.inf
+    for _ in range(total - k):
+        best = int(sims.argmax())
+        r, c = sorted(divmod(best, total))
+        if not torch.isfinite(sims[r, c]):
+            raise ValueError(
+                "zip cannot merge the features down to one model's width under these alpha and "
+                "beta (every remaining pair is forbidden); raise beta or alpha"
+            )
+        same = origin[r] == origin[c]
+        members[r] += members[c]
+        alive[c] = False
+        merged = torch.minimum(sims[r], sims[c])
+        if alpha > 0:
+            merged *= alpha
+        else:
+            merged[(origin == origin[r]) | (origin == origin[c])] = -torch.inf
+        merged[~alive] = -torch.inf
+        merged[r] = -torch.inf
+        sims[r], sims[:, r] = merged, merged
+        sims[c], sims[:, c] = -torch.inf, -torch.inf
+        if same:
+            budget[int(origin[r])] -= 1
+            if budget[int(origin[r])] <= 0:
+                block = (origin == origin[r]) & alive
+                sims[block[:, None] & block[None, :]] = -torch.inf
+    clusters = [sorted(members[i]) for i in range(total) if alive[i]]
+    return sorted(clusters, key=lambda c: c[0])
+
+
+def merge_matrices(clusters: Sequence[Sequence[int]], total: int) -> tuple[Tensor, Tensor]:
+    """``(M, U)``: ``M`` (k x n·k) averages each merged feature's members, ``U`` (n·k x k)
+    copies it back to each of them."""
+    unmerge = torch.zeros(total, len(clusters), dtype=torch.float64)
+    for j, c in enumerate(clusters):
+        unmerge[list(c), j] = 1.0
+    merge = (unmerge / unmerge.sum(0, keepdim=True)).T
+    return merge, unmerge
+
+
+def check_zippable(net: nn.Module, spec: PermutationSpec) -> None:
+    """Refuse, before any work, an entry zip cannot place: one that carries a group's features
+    on a later axis but none on axis 0 is taken as a consumer of them (a Linear/Conv weight, as
+    a classifier's); anything else there (a positional embedding, a class token) produces them,
+    which the zip rule does not handle yet.
+
+    Raises:
+        SpecError: naming the entry, its group and the module it belongs to.
+    """
+    for key, axes in spec.axes.items():
+        if not axes or axes[0] is not None or all(a is None for a in axes[1:]):
+            continue
+        prefix, _, name = key.rpartition(".")
+        module = net.get_submodule(prefix) if prefix else net
+        consumer = name == "weight" and isinstance(module, (nn.Linear, nn.modules.conv._ConvNd))
+        if not consumer:
+            group = next(a for a in axes[1:] if a is not None)
+            raise SpecError(
+                f"zip cannot place {key!r} ({type(module).__name__}): it carries group {group!r} "
+                "on a later axis but is not a Linear/Conv weight consuming it (e.g. a positional "
+                "embedding or class token); zip handles networks whose features are produced on "
+                "axis 0 (MLP, VGG, ResNet and derived specs without such entries)"
+            )
+
+
+def zip_states(
+    states: Sequence[StateDict],
+    spec: PermutationSpec,
+    maps: Mapping[str, tuple[Tensor, Tensor]],
+) -> dict[str, Tensor]:
+    """The n models zipped with every group's ``(M, U)`` (see the module docstring)."""
+    n = len(states)
+    sizes = spec.sizes(states[0])
+    out: dict[str, Tensor] = {}
+    for key, ref in states[0].items():
+        if not ref.is_floating_point():
+            out[key] = ref.clone()
+            continue
+        axes = spec.axes.get(key, (None,) * ref.ndim)
+        total = torch.zeros((), dtype=torch.float64, device=ref.device)
+        for i, state in enumerate(states):
+            t = state[key].double()
+            for axis, g in enumerate(axes):
+                if g is None:
+                    continue
+                k = sizes[g]
+                merge, unmerge = maps[g]
+                block = slice(i * k, (i + 1) * k)
+                a = merge[:, block] if axis == 0 else unmerge[block, :].T  # (k, k) either way
+                t = torch.movedim(torch.tensordot(a.to(t.device), t, dims=([1], [axis])), 0, axis)
+            total = total + t
+        if axes[0] is None:  # produces no group: the models' outputs are averaged
+            total = total / n
+        out[key] = total.to(ref.dtype)
+    return out
+
+
+@MERGE_METHODS.register("zip")
+def zip_merge(inputs: MergeInputs, *, alpha: float = 0.3, beta: float = 0.125) -> Merged:
+    """ZipIt! (Stoica et al. 2024) as a merge method: every group zipped from the models'
+    feature correlations on the alignment subset (``alpha``, ``beta``: see
+    :func:`zip_clusters`; the defaults are ZipIt!'s code's). Diagnostics: per group the
+    fraction of merged features holding two features of one model (``same_model/{group}``)."""
+    net = inputs.need("net", "zip")
+    check_zippable(net, inputs.spec)
+    corr = union_correlations(net, inputs.states, inputs.spec, inputs.need("align_batches", "zip"))
+    n = len(inputs.states)
+    maps, diagnostics = {}, {}
+    for g, c in corr.items():
+        clusters = zip_clusters(c, n, alpha, beta)
+        k = c.shape[0] // n
+        same = [len({i // k for i in cl}) < len(cl) for cl in clusters]
+        diagnostics[f"same_model/{g}"] = float(np.mean(same))
+        maps[g] = merge_matrices(clusters, c.shape[0])
+    return Merged(zip_states(inputs.states, inputs.spec, maps), None, diagnostics)
