@@ -11,6 +11,7 @@ from lmc.data.base import BaseDataModule
 from lmc.data.fake import write_fake_cifar10, write_fake_cifar100, write_fake_mnist
 from lmc.data.formats import DatasetCorruptError, DatasetNotFoundError
 from lmc.data.memory import BatchAugment, InMemoryImageDataset
+from lmc.data.subset import ClassSubset, class_counts
 from lmc.data.synthetic import (
     PolynomialDataModule,
     SyntheticRegressionDataModule,
@@ -25,6 +26,8 @@ from lmc.data.vision import (
 )
 
 __all__ = [
+    "ClassSubset",
+    "class_counts",
     "BaseDataModule",
     "BatchAugment",
     "CIFAR10DataModule",

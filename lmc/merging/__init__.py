@@ -80,7 +80,7 @@ from lmc.merging.ste import (
     sample_mixing_weights,
     straight_through,
 )
-from lmc.merging.zipit import zip_clusters, zip_merge, zip_states
+from lmc.merging.zipit import permute_merge, zip_clusters, zip_merge, zip_states
 
 __all__ = [
     "MergeInputs",
@@ -94,6 +94,7 @@ __all__ = [
     "otfusion_merge",
     "sinkhorn_merge",
     "stemm_merge",
+    "permute_merge",
     "zip_clusters",
     "zip_merge",
     "zip_states",

@@ -41,9 +41,9 @@ from torch import Tensor, nn
 from lmc.evaluation import batch_inputs
 from lmc.merging.contract import MERGE_METHODS, Merged, MergeInputs
 from lmc.merging.otfusion import materialize
-from lmc.permutation.activation_matching import CrossStatistics
+from lmc.permutation.activation_matching import CrossStatistics, activation_matching
 from lmc.permutation.lap import get_solver
-from lmc.permutation.spec import PermutationSpec, SpecError, StateDict
+from lmc.permutation.spec import PermutationSpec, SpecError, StateDict, identity_permutation
 
 
 def union_correlations(
@@ -253,3 +253,27 @@ def zip_merge(inputs: MergeInputs, *, alpha: float = 0.3, beta: float = 0.125) -
         diagnostics[f"same_model/{g}"] = float(np.mean(same))
         maps[g] = merge_matrices(clusters, c.shape[0])
     return Merged(zip_states(inputs.states, inputs.spec, maps), None, diagnostics)
+
+
+@MERGE_METHODS.register("permute")
+def permute_merge(inputs: MergeInputs) -> Merged:
+    """ZipIt!'s "Permute" baseline: every model's features matched to the reference model's by
+    the correlation of their activations on the alignment subset (one assignment per group,
+    :func:`~lmc.permutation.activation_matching` with ``similarity="correlation"``), then the
+    permuted models averaged. Diagnostics: the mean matched correlation per group and model
+    (``correlation/model{i}/{group}``)."""
+    net = inputs.need("net", "permute")
+    batches = inputs.need("align_batches", "permute")
+    ref = materialize(net, inputs.states[inputs.reference])
+    device = next(iter(inputs.states[inputs.reference].values())).device
+    perms, diagnostics = [], {}
+    for i, state in enumerate(inputs.states):
+        if i == inputs.reference:
+            perms.append(identity_permutation(inputs.spec.sizes(state), device))
+            continue
+        res = activation_matching(
+            ref, materialize(net, state), batches, inputs.spec, similarity="correlation"
+        )
+        perms.append(res.perm)
+        diagnostics.update({f"correlation/model{i}/{g}": v for g, v in res.similarity.items()})
+    return Merged.from_perms(inputs.states, inputs.spec, perms, diagnostics)

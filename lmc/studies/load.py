@@ -246,13 +246,14 @@ def _selection_keys(
             )
     if vary in over:
         raise StudyError(f"{where}: {vary!r} cannot be both `vary` and in `over`")
+    zipped = next((g for g in source.zip if vary in g), (vary,))
     for key in source.keys:
-        if key != vary and key not in over:
+        # a key zipped with `vary` varies with it (e.g. a task's classes with its seed)
+        if key not in zipped and key not in over:
             raise StudyError(
                 f"{where}: key {key!r} of {source.name!r} is neither in `over` nor `vary`; "
                 "add it to `over` (the selected models must agree on it)"
             )
-    zipped = next((g for g in source.zip if vary in g), (vary,))
     for key in zipped:
         bare = key[len(PARENT_PREFIX) :] if key.startswith(PARENT_PREFIX) else key
         if any(bare == p or bare.startswith(p + ".") for p in ARCHITECTURE_PREFIXES):

@@ -89,8 +89,10 @@ def test_zip_without_same_model_or_repeated_merges_is_activation_matching_then_a
     zipped = ZIP(_inputs([a, b], net_a, data), alpha=0.0, beta=0.0).state
     matched = activation_matching(net_a, net_b, data, spec, similarity="correlation")
     expected = weighted_average([a, apply_permutation(b, spec, matched.perm)])
+    permuted = MERGE_METHODS.get("permute")(_inputs([a, b], net_a, data)).state  # the baseline
     for k in a:
         torch.testing.assert_close(zipped[k], expected[k], atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(permuted[k], expected[k], atol=1e-6, rtol=1e-6)
     # with same-model merges allowed the result differs: zip is not permutation merging
     default = ZIP(_inputs([a, b], net_a, data)).state
     assert any(not torch.allclose(default[k], expected[k]) for k in a)

@@ -161,9 +161,38 @@ def test_every_study_file_plans():
         "002_robust_curves": 8,
         "000_training_mnist": 28,
         "000_pruning_vgg": 40,
+        "zipit_disjoint": 9,
     }
     for name, jobs in expected.items():
         assert len(plan(load_study(STUDIES / f"{name}.yaml"))) == jobs, name
+
+
+def test_zipit_disjoint(tmp_path):
+    """Two trials of MLPs on MNIST 0-4 and 5-9 (fake data; a trial: one model per task from its
+    own seed), each trial's pair merged by naive, wm_ref, permute and zip and evaluated on all
+    ten digits: one merge job per trial, every method's joint accuracy reported, the claims
+    evaluated into verdicts."""
+    classes = "data.init_args.classes"
+    nested = [
+        a.replace("--data.init_args.", "--data.init_args.data.init_args.") for a in TINY_MNIST
+    ]
+    path = tiny_study(
+        "zipit_disjoint",
+        tmp_path,
+        grid={
+            classes: [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]] * 2,
+            "data.init_args.data.init_args.seed": [0, 0, 1, 1],
+            "seed_everything": [0, 1, 2, 3],
+        },
+        train_args=[*nested, *TINY_FIT],
+        stage_args={"merge": TINY_MNIST},
+    )
+    table = run(path, tmp_path)
+    trained = table[(table["stage"] == "train")]
+    assert {tuple(c) for c in trained[classes]} == {(0, 1, 2, 3, 4), (5, 6, 7, 8, 9)}
+    for method in ("naive", "wm_ref", "permute", "zip"):
+        accs = values(table, "merge", f"{method}/n2/test/acc")
+        assert len(accs) == 2 and all(0.0 <= a <= 1.0 for a in accs), method
 
 
 def test_004_merge_n(tmp_path):
