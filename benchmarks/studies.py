@@ -3,7 +3,7 @@ headline numbers from its results table.
 
 Runs ``configs/studies/<name>.yaml`` for 000_init_scale, 000_training, 004_merge_n, 000_pruning,
 003_width, 002_curves, 000_fusion, 004_geometry, 003_pq_lr, 003_overlap, 003_mnist_width,
-000_fedma, 002_robust_curves, 000_training_mnist and 000_pruning_vgg (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
+000_fedma, 002_robust_curves, 000_training_mnist, 000_pruning_vgg and zipit_disjoint (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
 then its report), one after the other; a folder that already holds the study's done jobs is not
 redone (the engine skips them), so a second call only reads. The numbers come from
 :func:`lmc.studies.results.results` (one row per job and metric), never from logs:
@@ -58,7 +58,10 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
   and first-layer entropy before and after training with weight decay 5e-4 (lmc's setting),
   and ``training_mnist_{barrier,entropy}_{init,trained}_nowd`` without it (000's setting);
 * ``pruning_vgg_lowers_barrier`` (000 Table 1, VGG16 on MNIST): as ``pruning_lowers_barrier``
-  for the reduced VGG-16.
+  for the reduced VGG-16;
+* ``joint_acc_{wavg,wm,permute,zip_full}`` (ZipIt! §5, MNIST 0-4 / 5-9): the joint test
+  accuracy (all ten digits) of the pair merged by plain averaging, weight matching, activation
+  matching and zip, mean over the trials, and ``joint_acc_originals`` (each model alone).
 
 A study left out by ``--only`` prints ``nan`` for its keys. Needs ``LMC_DATA_DIR`` with MNIST
 and FashionMNIST (writable) for all but 003_width. Run ``nice -n 10 python benchmarks/studies.py``
@@ -104,6 +107,7 @@ ORDER = (
     "002_robust_curves",
     "000_training_mnist",
     "000_pruning_vgg",
+    "zipit_disjoint",
 )
 MERGE_METHODS = ("stemm", "mergemany", "wm_ref")
 FUSION_STRATEGIES = ("only_prune", "finetune_once", "iterative")
@@ -346,7 +350,27 @@ def training_mnist(table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+#: zipit_disjoint's merge methods and the names of their keys (issue 33's benchmark names)
+ZIPIT = {"naive": "wavg", "wm_ref": "wm", "permute": "permute", "zip": "zip_full"}
+
+
+def zipit(table: pd.DataFrame) -> dict[str, float]:
+    """ZipIt! §5 on MNIST 0-4 / 5-9: each merge method's joint test accuracy (all ten digits),
+    mean over the trials, and the originals' (each model on all ten digits: about half)."""
+    out = {
+        f"joint_acc_{key}": float(_metric(table, "merge", f"{m}/n2/test/acc")["value"].mean())
+        for m, key in ZIPIT.items()
+    }
+    originals = _metric(table, "merge", "originals/model0/test/acc")["value"]
+    originals = pd.concat(
+        [originals, _metric(table, "merge", "originals/model1/test/acc")["value"]]
+    )
+    out["joint_acc_originals"] = float(originals.mean())
+    return out
+
+
 READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
+    "zipit_disjoint": zipit,
     "000_init_scale": init_scale,
     "000_training": training,
     "004_merge_n": merge_n,
@@ -364,6 +388,7 @@ READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "002_robust_curves": robust_curves,
 }
 KEYS = {
+    "zipit_disjoint": [*(f"joint_acc_{k}" for k in ZIPIT.values()), "joint_acc_originals"],
     "000_init_scale": ["init_scale_fit_r2", "init_scale_fit_a", "init_scale_fit_points"],
     "000_training": [
         f"training_{k}_{when}_deg{d}"
