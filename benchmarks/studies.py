@@ -61,7 +61,8 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
   for the reduced VGG-16;
 * ``joint_acc_{wavg,wm,permute,zip_full}`` (ZipIt! §5, MNIST 0-4 / 5-9): the joint test
   accuracy (all ten digits) of the pair merged by plain averaging, weight matching, activation
-  matching and zip, mean over the trials, and ``joint_acc_originals`` (each model alone).
+  matching and zip, mean over the trials, ``joint_acc_originals`` (each model alone) and
+  ``joint_acc_ensemble`` (the pair's averaged outputs: the ceiling).
 
 A study left out by ``--only`` prints ``nan`` for its keys. Needs ``LMC_DATA_DIR`` with MNIST
 and FashionMNIST (writable) for all but 003_width. Run ``nice -n 10 python benchmarks/studies.py``
@@ -366,6 +367,8 @@ def zipit(table: pd.DataFrame) -> dict[str, float]:
         [originals, _metric(table, "merge", "originals/model1/test/acc")["value"]]
     )
     out["joint_acc_originals"] = float(originals.mean())
+    ensemble = _metric(table, "merge", "naive/n2/test/ensemble_acc")["value"]  # any method's
+    out["joint_acc_ensemble"] = float(ensemble.mean())
     return out
 
 
@@ -388,7 +391,11 @@ READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "002_robust_curves": robust_curves,
 }
 KEYS = {
-    "zipit_disjoint": [*(f"joint_acc_{k}" for k in ZIPIT.values()), "joint_acc_originals"],
+    "zipit_disjoint": [
+        *(f"joint_acc_{k}" for k in ZIPIT.values()),
+        "joint_acc_originals",
+        "joint_acc_ensemble",
+    ],
     "000_init_scale": ["init_scale_fit_r2", "init_scale_fit_a", "init_scale_fit_points"],
     "000_training": [
         f"training_{k}_{when}_deg{d}"

@@ -10,6 +10,7 @@ originals keep their own statistics. Networks without BatchNorm are evaluated as
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -34,17 +35,48 @@ Batches = Sequence[Any]
 
 @dataclass
 class OriginalStats:
-    """Per-model metrics of the unmerged models: ``metrics[i]["test/loss"]`` and sharpness."""
+    """Per-model metrics of the unmerged models: ``metrics[i]["test/loss"]`` and sharpness,
+    and (where kept) every model's outputs per split and batch, for the ensemble."""
 
     metrics: list[dict[str, float]]
     sharpness: list[float] = field(default_factory=list)
+    outputs: list[dict[str, list[Tensor]]] = field(default_factory=list)
 
     def prefix(self, n: int) -> OriginalStats:
         """The statistics of the first ``n`` models."""
-        return OriginalStats(self.metrics[:n], self.sharpness[:n])
+        return OriginalStats(self.metrics[:n], self.sharpness[:n], self.outputs[:n])
 
     def mean(self, key: str) -> float:
         return sum(m[key] for m in self.metrics) / len(self.metrics)
+
+    def ensemble(self, splits: Mapping[str, Batches], loss: LossName) -> dict[str, float]:
+        """``{split}/ensemble_loss`` and ``{split}/ensemble_acc`` of the models' output
+        ensemble (their outputs averaged: the ceiling a merge into one model aims at)."""
+        if not self.outputs:
+            return {}
+        scores = _scores(self.outputs, splits, loss)
+        return {k.replace("/", "/ensemble_"): v for k, v in scores.items()}
+
+
+def _scores(
+    outputs: Sequence[Mapping[str, list[Tensor]]], splits: Mapping[str, Batches], loss: LossName
+) -> dict[str, float]:
+    """``{split}/loss`` and ``{split}/acc`` of the mean of the models' ``outputs`` on every
+    split's batches (one model: its own scores, as :func:`lmc.evaluation.evaluate`)."""
+    out: dict[str, float] = {}
+    for split, batches in splits.items():
+        total, correct, n = 0.0, 0, 0
+        for b, batch in enumerate(batches):
+            mean = torch.stack([o[split][b] for o in outputs]).mean(0)
+            y = batch[1].to(mean.device)
+            total += float(batch_loss(mean, y, loss))
+            correct += int((mean.argmax(1) == y).sum()) if loss == "cross_entropy" else 0
+            n += y.shape[0]
+        if n == 0:
+            raise ValueError(f"cannot evaluate on an empty {split!r} split")
+        out[f"{split}/loss"] = total / n
+        out[f"{split}/acc"] = correct / n if loss == "cross_entropy" else math.nan
+    return out
 
 
 @dataclass
@@ -53,7 +85,8 @@ class MergeEvaluation:
 
     ``metrics`` keys: ``{split}/loss``, ``{split}/acc`` of the merge, ``{split}/originals_loss``,
     ``{split}/originals_acc`` (means over the n originals), ``{split}/loss_gap`` and
-    ``{split}/acc_gap`` (merge minus mean of originals, 004 Fig. 3b), on pairwise splits
+    ``{split}/acc_gap`` (merge minus mean of originals, 004 Fig. 3b), the originals' output
+    ensemble ``{split}/ensemble_loss`` and ``{split}/ensemble_acc``, on pairwise splits
     ``{split}/pairwise_loss``, ``{split}/pairwise_acc`` and ``{split}/pairwise_loss_gap`` (004
     Fig. 4), ``distance_ratio_{mean,std,min,max}``, ``angle_{mean,std,min,max}`` (§6.1) and,
     when measured, ``sharpness`` and ``originals_sharpness`` (§6.2).
@@ -97,12 +130,20 @@ def evaluate_originals(
     sharpness_probes: int = 0,
     seed: int = 0,
 ) -> OriginalStats:
-    """Loss/accuracy of every original model on every split, and its sharpness if asked."""
+    """Loss/accuracy of every original model on every split, and its sharpness if asked; its
+    outputs are kept for the ensemble (:meth:`OriginalStats.ensemble`)."""
     model = copy.deepcopy(net)
     stats = OriginalStats([])
+    device = next(model.parameters()).device
+    model.eval()
     for state in states:
         load_state(model, state)
-        stats.metrics.append(_eval_splits(model, splits, loss))
+        with torch.no_grad():
+            outputs = {
+                s: [model(b[0].to(device)) for b in batches] for s, batches in splits.items()
+            }
+        stats.outputs.append(outputs)
+        stats.metrics.append(_scores([outputs], splits, loss))
         if sharpness_probes > 0 and sharpness_batches:
             stats.sharpness.append(
                 _sharpness(model, sharpness_batches, loss, sharpness_probes, seed)
@@ -172,6 +213,7 @@ def evaluate_merge(
         base = originals.mean(key)
         metrics[f"{split}/originals_{stat}"] = base
         metrics[f"{split}/{stat}_gap"] = value - base
+    metrics.update(originals.ensemble(splits, loss))
     if sharpness_probes > 0 and sharpness_batches:
         metrics["sharpness"] = _sharpness(model, sharpness_batches, loss, sharpness_probes, seed)
         if originals.sharpness:

@@ -165,3 +165,34 @@ def test_naive_merge_of_permuted_copies_is_worse_and_sweep_summary():
     assert "given/n3/distance_mean" not in s and "given/n3/angle_mean" not in s
     with pytest.raises(ValueError, match="nothing to evaluate"):
         evaluate_sweep(net, models, spec, {}, splits)
+
+
+def test_the_ensemble_averages_the_originals_outputs():
+    """The output ensemble: of permuted copies it scores as the model; of two models it is
+    the accuracy and loss of their averaged outputs, computed by hand; it is reported beside
+    every method's merge at that n."""
+    torch.manual_seed(0)
+    net = MLP(12, 4, width=10, depth=2)
+    spec, base, copies = _copies(net, 3)
+    splits = {"test": _data(seed=3)}
+    stats = evaluate_originals(net, copies, splits)
+    ens = stats.ensemble(splits, "cross_entropy")
+    assert ens["test/ensemble_acc"] == stats.metrics[0]["test/acc"]
+    assert ens["test/ensemble_loss"] == pytest.approx(stats.metrics[0]["test/loss"], abs=1e-6)
+    other = MLP(12, 4, width=10, depth=2).state_dict()
+    two = evaluate_originals(net, [base, other], splits).ensemble(splits, "cross_entropy")
+    x = torch.cat([b[0] for b in splits["test"]])
+    y = torch.cat([b[1] for b in splits["test"]])
+    probe = MLP(12, 4, width=10, depth=2)  # net's own tensors are the states' (state_dict)
+    outs = []
+    for state in (base, other):
+        probe.load_state_dict(state)
+        with torch.no_grad():
+            outs.append(probe(x))
+    mean = (outs[0] + outs[1]) / 2
+    assert two["test/ensemble_acc"] == pytest.approx(float((mean.argmax(1) == y).float().mean()))
+    expected = float(torch.nn.functional.cross_entropy(mean, y))
+    assert two["test/ensemble_loss"] == pytest.approx(expected, rel=1e-5)
+    merges = {"naive": merge_sweep(MergeInputs([base, other], spec), "naive", [2])}
+    sweep = evaluate_sweep(net, [base, other], spec, merges, splits, pairwise=False)
+    assert sweep.summary()["naive/n2/test/ensemble_acc"] == two["test/ensemble_acc"]
