@@ -61,7 +61,9 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
   for the reduced VGG-16;
 * ``joint_acc_{wavg,wm,permute,zip_full}`` (ZipIt! §5, MNIST 0-4 / 5-9): the joint test
   accuracy (all ten digits) of the pair merged by plain averaging, weight matching, activation
-  matching and zip, mean over the trials, ``joint_acc_originals`` (each model alone) and
+  matching and zip, mean over the trials, ``joint_acc_zip_until{1,2}`` (partial zipping: the
+  first 1 or 2 of the 3 hidden layers zipped, per-model heads), ``joint_acc_originals`` (each
+  model alone) and
   ``joint_acc_ensemble`` (the pair's averaged outputs: the ceiling).
 
 A study left out by ``--only`` prints ``nan`` for its keys. Needs ``LMC_DATA_DIR`` with MNIST
@@ -367,6 +369,9 @@ def zipit(table: pd.DataFrame) -> dict[str, float]:
         [originals, _metric(table, "merge", "originals/model1/test/acc")["value"]]
     )
     out["joint_acc_originals"] = float(originals.mean())
+    for depth in (1, 2):  # partial zipping: the first `depth` hidden layers zipped
+        rows = _metric(table, f"zip_until{depth}", "zip/n2/test/acc")
+        out[f"joint_acc_zip_until{depth}"] = float(rows["value"].mean())
     ensemble = _metric(table, "merge", "naive/n2/test/ensemble_acc")["value"]  # any method's
     out["joint_acc_ensemble"] = float(ensemble.mean())
     return out
@@ -393,6 +398,8 @@ READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
 KEYS = {
     "zipit_disjoint": [
         *(f"joint_acc_{k}" for k in ZIPIT.values()),
+        "joint_acc_zip_until1",
+        "joint_acc_zip_until2",
         "joint_acc_originals",
         "joint_acc_ensemble",
     ],

@@ -104,11 +104,23 @@ class Merged:
         perms: one permutation per model (``pi_i``, the merge is ``1/n sum_i pi_i(theta_i)``),
             or ``None`` for a method that does not permute (OTFusion's transport, FedMA).
         diagnostics: the method's own numbers (widths, timings, losses), logged with it.
+        heads: 0 when ``state`` is a state of the net; n when it is the state of a
+            :class:`~lmc.models.MultiHead` of n members (a partial merge: shared trunk, one head
+            per model, their outputs averaged).
     """
 
     state: dict[str, Tensor]
     perms: list[Permutation] | None = None
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    heads: int = 0
+
+    def model(self, net: nn.Module) -> nn.Module:
+        """A copy of ``net`` (or a MultiHead of it) holding the merged state (widths may
+        differ from ``net``'s)."""
+        from lmc.merging.otfusion import materialize
+        from lmc.models.multihead import MultiHead
+
+        return materialize(MultiHead(net, self.heads) if self.heads else net, self.state)
 
     @classmethod
     def from_perms(

@@ -25,7 +25,6 @@ from lmc.io import load_state
 from lmc.merging.baselines import parameter_keys
 from lmc.merging.contract import Merged
 from lmc.merging.geometry import describe, distance_ratios, pairwise_distances, triplet_angles
-from lmc.merging.otfusion import materialize
 from lmc.metrics import hutchinson_trace
 from lmc.permutation import PermutationSpec, apply_permutation
 
@@ -169,6 +168,7 @@ def evaluate_merge(
     originals: OriginalStats,
     *,
     merged: StateDict | None = None,
+    heads: int = 0,
     method: str = "merge",
     loss: LossName = "cross_entropy",
     align_batches: Batches | None = None,
@@ -186,6 +186,7 @@ def evaluate_merge(
         aligned: the n permuted models' full state dicts, or ``None``.
         merged: the merged state (default the average of ``aligned``); its widths may differ
             from ``net``'s.
+        heads: ``merged`` is the state of a :class:`~lmc.models.MultiHead` of this many members.
         splits: split name -> cached ``(x, y)`` batches (``train`` = the alignment subset).
         originals: :func:`evaluate_originals` of the same n models (use ``.prefix(n)``).
         method: label stored in the result.
@@ -206,7 +207,8 @@ def evaluate_merge(
     if merged is None:
         model = _load_merge(copy.deepcopy(net), aligned, align_batches)  # type: ignore[arg-type]
     else:
-        model = _load_merge(materialize(net, merged), [merged], align_batches)
+        shell = Merged(dict(merged), heads=heads).model(net)
+        model = _load_merge(shell, [merged], align_batches)
     for key, value in _eval_splits(model, splits, loss).items():
         split, stat = key.split("/")
         metrics[key] = value
@@ -313,6 +315,7 @@ def evaluate_sweep(
                     splits,
                     originals.prefix(n),
                     merged=None if aligned is not None else result.state,
+                    heads=result.heads,
                     method=method,
                     loss=loss,
                     align_batches=align_batches,

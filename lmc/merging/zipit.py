@@ -40,7 +40,7 @@ from torch import Tensor, nn
 
 from lmc.evaluation import batch_inputs
 from lmc.merging.contract import MERGE_METHODS, Merged, MergeInputs
-from lmc.merging.otfusion import materialize
+from lmc.merging.otfusion import group_order, materialize
 from lmc.permutation.activation_matching import CrossStatistics, activation_matching
 from lmc.permutation.lap import get_solver
 from lmc.permutation.spec import PermutationSpec, SpecError, StateDict, identity_permutation
@@ -203,47 +203,117 @@ def check_zippable(net: nn.Module, spec: PermutationSpec) -> None:
             )
 
 
+def _mapped(
+    t: Tensor,
+    i: int,
+    axes: Sequence[str | None],
+    sizes: Mapping[str, int],
+    maps: Mapping[str, tuple[Tensor, Tensor]],
+) -> Tensor:
+    """Model ``i``'s entry with every axis of a zipped group mapped: axis 0 merged with ``M``,
+    a later axis unmerged with ``U`` (both restricted to model ``i``'s block)."""
+    t = t.double()
+    for axis, g in enumerate(axes):
+        if g is None or g not in maps:
+            continue
+        k = sizes[g]
+        merge, unmerge = maps[g]
+        block = slice(i * k, (i + 1) * k)
+        a = merge[:, block] if axis == 0 else unmerge[block, :].T  # (k, k) either way
+        t = torch.movedim(torch.tensordot(a.to(t.device), t, dims=([1], [axis])), 0, axis)
+    return t
+
+
 def zip_states(
     states: Sequence[StateDict],
     spec: PermutationSpec,
     maps: Mapping[str, tuple[Tensor, Tensor]],
 ) -> dict[str, Tensor]:
-    """The n models zipped with every group's ``(M, U)`` (see the module docstring)."""
+    """The n models zipped with the ``(M, U)`` of the groups in ``maps`` (see the module
+    docstring).
+
+    With every group zipped: the merged model's state. With only the first groups zipped (a
+    trunk, partial zipping): the state of a :class:`~lmc.models.MultiHead` of the n models
+    (``members.{i}.{key}``): an entry that produces a trunk group is zipped (equal in every
+    member), every other entry is model ``i``'s own, its inputs from the trunk unmerged.
+    """
     n = len(states)
     sizes = spec.sizes(states[0])
+    full = set(maps) >= set(sizes)
     out: dict[str, Tensor] = {}
     for key, ref in states[0].items():
-        if not ref.is_floating_point():
-            out[key] = ref.clone()
-            continue
         axes = spec.axes.get(key, (None,) * ref.ndim)
-        total = torch.zeros((), dtype=torch.float64, device=ref.device)
-        for i, state in enumerate(states):
-            t = state[key].double()
-            for axis, g in enumerate(axes):
-                if g is None:
-                    continue
-                k = sizes[g]
-                merge, unmerge = maps[g]
-                block = slice(i * k, (i + 1) * k)
-                a = merge[:, block] if axis == 0 else unmerge[block, :].T  # (k, k) either way
-                t = torch.movedim(torch.tensordot(a.to(t.device), t, dims=([1], [axis])), 0, axis)
-            total = total + t
-        if axes[0] is None:  # produces no group: the models' outputs are averaged
-            total = total / n
-        out[key] = total.to(ref.dtype)
+        if not ref.is_floating_point():
+            own = [s[key].clone() for s in states]
+        elif full or axes[0] in maps:
+            zipped = sum(_mapped(s[key], i, axes, sizes, maps) for i, s in enumerate(states))
+            if axes[0] is None:  # produces no group: the models' outputs are averaged
+                zipped = zipped / n
+            own = [zipped.to(ref.dtype)] * n
+        else:
+            own = [
+                _mapped(s[key], i, axes, sizes, maps).to(ref.dtype) for i, s in enumerate(states)
+            ]
+        if full:
+            out[key] = own[0]
+        else:
+            out.update({f"members.{i}.{key}": t for i, t in enumerate(own)})
     return out
 
 
+def trunk_groups(spec: PermutationSpec, until: str | int) -> list[str]:
+    """The groups zipped by ``zip_until``: the first ``until`` groups in network order (an int)
+    or those up to and including group ``until`` (a name).
+
+    Raises:
+        SpecError: a residual stream (its group spans the network: there is no cut), an int
+            outside ``[1, number of groups]`` or a name that is no group; the message lists the
+            groups in order.
+    """
+    order = group_order(spec)
+    streams = [g for g in order if len(spec.activations.get(g, ())) > 1]
+    if streams:
+        raise SpecError(
+            f"zip_until cuts a network whose groups follow one another (MLP, VGG); groups "
+            f"{streams[:3]} are residual streams spanning the network: zip it whole"
+        )
+    if isinstance(until, bool) or not isinstance(until, (int, str)):
+        raise SpecError(f"zip_until must be a group name or a depth, got {until!r}")
+    if isinstance(until, int):
+        if not 1 <= until <= len(order):
+            raise SpecError(
+                f"zip_until={until} is past the network's {len(order)} groups (or below 1); "
+                f"groups in order: {', '.join(order)}"
+            )
+        return order[:until]
+    if until not in order:
+        raise SpecError(f"zip_until={until!r} names no group; groups in order: {', '.join(order)}")
+    return order[: order.index(until) + 1]
+
+
 @MERGE_METHODS.register("zip")
-def zip_merge(inputs: MergeInputs, *, alpha: float = 0.3, beta: float = 0.125) -> Merged:
+def zip_merge(
+    inputs: MergeInputs,
+    *,
+    alpha: float = 0.3,
+    beta: float = 0.125,
+    zip_until: str | int | None = None,
+) -> Merged:
     """ZipIt! (Stoica et al. 2024) as a merge method: every group zipped from the models'
     feature correlations on the alignment subset (``alpha``, ``beta``: see
-    :func:`zip_clusters`; the defaults are ZipIt!'s code's). Diagnostics: per group the
-    fraction of merged features holding two features of one model (``same_model/{group}``)."""
+    :func:`zip_clusters`; the defaults are ZipIt!'s code's). ``zip_until`` (a group name or a
+    depth; :func:`trunk_groups`) zips only the groups up to it (ZipIt! §4.4, partial zipping):
+    the merged model is then a :class:`~lmc.models.MultiHead` (``Merged.heads`` = n) whose
+    members share the zipped trunk and keep their own later layers, their outputs averaged.
+    Diagnostics: per group the fraction of merged features holding two features of one model
+    (``same_model/{group}``)."""
     net = inputs.need("net", "zip")
     check_zippable(net, inputs.spec)
-    corr = union_correlations(net, inputs.states, inputs.spec, inputs.need("align_batches", "zip"))
+    trunk = trunk_groups(inputs.spec, zip_until) if zip_until is not None else None
+    batches = inputs.need("align_batches", "zip")
+    corr = union_correlations(net, inputs.states, inputs.spec, batches)
+    if trunk is not None:
+        corr = {g: c for g, c in corr.items() if g in trunk}
     n = len(inputs.states)
     maps, diagnostics = {}, {}
     for g, c in corr.items():
@@ -252,7 +322,9 @@ def zip_merge(inputs: MergeInputs, *, alpha: float = 0.3, beta: float = 0.125) -
         same = [len({i // k for i in cl}) < len(cl) for cl in clusters]
         diagnostics[f"same_model/{g}"] = float(np.mean(same))
         maps[g] = merge_matrices(clusters, c.shape[0])
-    return Merged(zip_states(inputs.states, inputs.spec, maps), None, diagnostics)
+    full = trunk is None or set(trunk) >= set(inputs.spec.sizes(inputs.states[0]))
+    state = zip_states(inputs.states, inputs.spec, maps)
+    return Merged(state, None, diagnostics, heads=0 if full else n)
 
 
 @MERGE_METHODS.register("permute")

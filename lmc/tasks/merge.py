@@ -14,7 +14,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from lmc.evaluation import has_batchnorm, reset_bn
-from lmc.io import atomic_write, load_endpoints
+from lmc.io import atomic_write, load_endpoints, save_net_checkpoint
 from lmc.merging import (
     MERGE_METHODS,
     Baseline,
@@ -27,7 +27,6 @@ from lmc.merging import (
     merge_sweep,
     parameter_keys,
 )
-from lmc.merging.otfusion import materialize
 from lmc.options import as_options
 from lmc.permutation import PermutationSpec
 from lmc.permutation.weight_matching import Method
@@ -185,7 +184,7 @@ class MergeReporter:
     def merged_state(self, module: L.LightningModule, net: nn.Module, merged: Merged) -> dict:
         """The merged model's state, BatchNorm statistics re-estimated on the alignment subset
         (as evaluated), on the CPU."""
-        model = materialize(net, merged.state).to(module.device)
+        model = merged.model(net).to(module.device)
         if has_batchnorm(model):
             reset_bn(model, self.batches(module)[1])
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}
@@ -218,6 +217,9 @@ class MergeTask(EvaluationTask):
             sharpness (004 §6.2) (:class:`~lmc.tasks.options.MergeEvaluationOptions`).
         wm_method: weight-matching variant of the methods that weight-match (same optimum up to
             ties).
+        save_merged: also write every merged model as ``merged_{method}_n{n}.ckpt`` into the
+            run directory (BatchNorm re-estimated as evaluated; a partial zip as the state of a
+            :class:`~lmc.models.MultiHead`), loadable with :func:`lmc.io.load_checkpoint`.
         seed: seed of the matching's group order and of the sharpness probes.
         spec: the permutation spec source: ``auto``, ``builtin``, ``derive`` or
             ``package.module:function`` (:mod:`lmc.permutation.source`).
@@ -235,11 +237,13 @@ class MergeTask(EvaluationTask):
         reference: int = 0,
         evaluation: MergeEvaluationOptions | None = None,
         wm_method: Method = "accelerated",
+        save_merged: bool = False,
         seed: int = 0,
         spec: str = "auto",
     ) -> None:
         super().__init__()
         save_task_hparams(self, ["net"])
+        self.save_merged = save_merged
         for m in methods or []:
             MERGE_METHODS.check(m, "model.init_args.methods")
         self.methods = list(methods) if methods else ["naive", "wm_ref", "mergemany"]
@@ -280,6 +284,11 @@ class MergeTask(EvaluationTask):
             m: merge_sweep(inputs, m, self.num_models, self.method_options.get(m))
             for m in self.methods
         }
-        self.sweep, _ = self.reporter.run(
+        self.sweep, out = self.reporter.run(
             self, self._net, self.states, self.spec, merges, {"checkpoints": self.checkpoints}
         )
+        if self.save_merged and self.trainer.is_global_zero:
+            for method, by_n in merges.items():
+                for n, merged in by_n.items():
+                    state = self.reporter.merged_state(self, self._net, merged)
+                    save_net_checkpoint(state, out / f"merged_{method}_n{n}.ckpt")

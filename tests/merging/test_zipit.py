@@ -125,3 +125,77 @@ def test_zip_needs_the_alignment_subset():
     net, data = build(CASES[0][1], CASES[0][2])
     with pytest.raises(ValueError, match="merge method 'zip' needs align_batches"):
         ZIP(MergeInputs([net.state_dict()] * 2, spec_for(net), net=net))
+
+
+def _mlp_pair():
+    net_a, data = build(lambda: MLP(20, 5, width=12, depth=3), (20,), seed=0)
+    net_b, _ = build(lambda: MLP(20, 5, width=12, depth=3), (20,), seed=1)
+    return net_a, net_b, data
+
+
+def test_partial_zipping_gives_a_multihead_that_shares_the_trunk():
+    """zip_until=2 of three groups: a MultiHead of the two models whose members hold equal
+    (zipped) entries up to the cut and their own heads after it; the MultiHead's output is the
+    average of its members'."""
+    from lmc.models import MultiHead
+
+    net_a, net_b, data = _mlp_pair()
+    a, b = net_a.state_dict(), net_b.state_dict()
+    merged = ZIP(_inputs([a, b], net_a, data), zip_until=2)
+    assert merged.heads == 2
+    state = merged.state
+    for key in ("layers.0.weight", "layers.1.weight", "layers.1.bias"):  # the trunk
+        assert torch.equal(state[f"members.0.{key}"], state[f"members.1.{key}"])
+    for key in ("layers.2.weight", "head.weight"):  # the heads
+        assert not torch.equal(state[f"members.0.{key}"], state[f"members.1.{key}"])
+    assert torch.equal(state["members.1.head.weight"], b["head.weight"])  # after the cut: its own
+    model = merged.model(net_a)
+    assert isinstance(model, MultiHead)
+    x = torch.cat(data)
+    with torch.no_grad():
+        mean = torch.stack([m(x) for m in model.members]).mean(0)
+        torch.testing.assert_close(model(x), mean)
+
+
+def test_zipping_until_the_last_group_is_the_full_zip():
+    """The layer after the last group is linear, so per-model heads averaged equal the zipped
+    output layer: zip_until at the last group is the full zip (one net, no heads)."""
+    net_a, net_b, data = _mlp_pair()
+    a, b = net_a.state_dict(), net_b.state_dict()
+    full = ZIP(_inputs([a, b], net_a, data))
+    last = ZIP(_inputs([a, b], net_a, data), zip_until="layers.2")
+    assert last.heads == 0 and full.heads == 0
+    for k in a:
+        torch.testing.assert_close(last.state[k], full.state[k])
+
+
+@pytest.mark.parametrize("until", [1, 2, "layers.1"])
+def test_partial_zipping_a_model_with_its_permuted_copy_gives_the_model(until):
+    net, data = build(lambda: MLP(20, 5, width=12, depth=3), (20,))
+    spec = spec_for(net)
+    state = net.state_dict()
+    copy = apply_permutation(state, spec, random_permutation(spec.sizes(state), 5))
+    merged = ZIP(_inputs([state, copy], net, data), zip_until=until)
+    x = torch.cat(data)
+    with torch.no_grad():
+        torch.testing.assert_close(merged.model(net)(x), net(x), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("until", "message"),
+    [
+        (0, "zip_until=0 is past the network's 3 groups"),
+        (4, "zip_until=4 is past the network's 3 groups .*layers.0, layers.1, layers.2"),
+        ("layer.1", "zip_until='layer.1' names no group; groups in order: layers.0"),
+    ],
+)
+def test_a_cut_past_the_network_or_naming_no_layer_is_refused(until, message):
+    net, data = build(lambda: MLP(20, 5, width=12, depth=3), (20,))
+    with pytest.raises(SpecError, match=message):
+        ZIP(_inputs([net.state_dict()] * 2, net, data), zip_until=until)
+
+
+def test_a_residual_network_is_zipped_whole():
+    net, data = build(CASES[2][1], CASES[2][2])
+    with pytest.raises(SpecError, match="residual streams spanning the network: zip it whole"):
+        ZIP(_inputs([net.state_dict()] * 2, net, data), zip_until=1)

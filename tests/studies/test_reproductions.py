@@ -161,7 +161,7 @@ def test_every_study_file_plans():
         "002_robust_curves": 8,
         "000_training_mnist": 28,
         "000_pruning_vgg": 40,
-        "zipit_disjoint": 9,
+        "zipit_disjoint": 15,
     }
     for name, jobs in expected.items():
         assert len(plan(load_study(STUDIES / f"{name}.yaml"))) == jobs, name
@@ -169,9 +169,9 @@ def test_every_study_file_plans():
 
 def test_zipit_disjoint(tmp_path):
     """Two trials of MLPs on MNIST 0-4 and 5-9 (fake data; a trial: one model per task from its
-    own seed), each trial's pair merged by naive, wm_ref, permute and zip and evaluated on all
-    ten digits: one merge job per trial, every method's joint accuracy reported, the claims
-    evaluated into verdicts."""
+    own seed), each trial's pair merged by naive, wm_ref, permute and zip, and zipped up to the
+    first and the second hidden layer (partial zipping), evaluated on all ten digits: every
+    method's joint accuracy and the same ensemble ceiling reported, the claims evaluated."""
     classes = "data.init_args.classes"
     nested = [
         a.replace("--data.init_args.", "--data.init_args.data.init_args.") for a in TINY_MNIST
@@ -185,14 +185,20 @@ def test_zipit_disjoint(tmp_path):
             "seed_everything": [0, 1, 2, 3],
         },
         train_args=[*nested, *TINY_FIT],
-        stage_args={"merge": TINY_MNIST},
+        stage_args={stage: TINY_MNIST for stage in ("merge", "zip_until1", "zip_until2")},
     )
     table = run(path, tmp_path)
     trained = table[(table["stage"] == "train")]
     assert {tuple(c) for c in trained[classes]} == {(0, 1, 2, 3, 4), (5, 6, 7, 8, 9)}
-    for method in ("naive", "wm_ref", "permute", "zip"):
-        accs = values(table, "merge", f"{method}/n2/test/acc")
-        assert len(accs) == 2 and all(0.0 <= a <= 1.0 for a in accs), method
+    for stage, method in [
+        *((("merge", m)) for m in ("naive", "wm_ref", "permute", "zip")),
+        ("zip_until1", "zip"),
+        ("zip_until2", "zip"),
+    ]:
+        accs = values(table, stage, f"{method}/n2/test/acc")
+        assert len(accs) == 2 and all(0.0 <= a <= 1.0 for a in accs), (stage, method)
+        ensemble = values(table, stage, f"{method}/n2/test/ensemble_acc")
+        assert ensemble == values(table, "merge", "naive/n2/test/ensemble_acc")  # one ceiling
 
 
 def test_004_merge_n(tmp_path):

@@ -283,3 +283,35 @@ def test_a_merge_tasks_old_flat_key_names_its_group(config, old, new):
 
     err = moved_keys_error(["-c", str(CONFIGS / "merge" / config), f"--model.init_args.{old}=1"])
     assert f"model.init_args.{old} moved to model.init_args.{new}" in err
+
+
+def test_a_partial_zip_checkpoint_reloads_and_evaluates_as_reported(world, tmp_path):
+    """MergeTask with zip_until: the merged model is saved as a MultiHead checkpoint that loads
+    (weights_only) into MultiHead(net, 2) and scores on the test split what the run reported."""
+    from lmc.evaluation import evaluate
+    from lmc.models import MultiHead
+
+    config = CONFIGS / "merge" / "mnist_mlp_baselines.yaml"
+    run_cli(
+        "validate",
+        "-c",
+        str(config),
+        "-c",
+        CSV,
+        *_overlay(config, world, tmp_path),
+        "--model.init_args.methods=[zip]",
+        "--model.init_args.method_options={zip: {zip_until: 2}}",
+        "--model.init_args.num_models=[2]",
+        "--model.init_args.evaluation.pairwise=false",
+        "--model.init_args.evaluation.sharpness_probes=0",
+        "--model.init_args.save_merged=true",
+    )
+    [run] = run_dirs(tmp_path)
+    reported = json.loads((run / "summary.json").read_text())["summary"]["zip/n2/test/acc"]
+    model = MultiHead(MLP(784, 10, width=WIDTH, depth=3), 2)
+    model.load_state_dict(model_state_dict(load_checkpoint(run / "merged_zip_n2.ckpt")))
+    from lmc.data import MNISTDataModule
+
+    dm = MNISTDataModule(str(world["data"]), val_size=16, alignment_size=16, eval_batch_size=16)
+    dm.setup("test")
+    assert evaluate(model, dm.test_dataloader()).acc == pytest.approx(reported)
