@@ -64,7 +64,9 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
   matching and zip, mean over the trials, ``joint_acc_zip_until{1,2}`` (partial zipping: the
   first 1 or 2 of the 3 hidden layers zipped, per-model heads), ``joint_acc_originals`` (each
   model alone) and
-  ``joint_acc_ensemble`` (the pair's averaged outputs: the ceiling).
+  ``joint_acc_ensemble`` (the pair's averaged outputs: the ceiling); ``task_acc_<method>`` the
+  per-task accuracy (a task's examples, the prediction among its labels; mean of the two
+  tasks) and ``task_acc_own`` each model's on its own task.
 
 A study left out by ``--only`` prints ``nan`` for its keys. Needs ``LMC_DATA_DIR`` with MNIST
 and FashionMNIST (writable) for all but 003_width. Run ``nice -n 10 python benchmarks/studies.py``
@@ -374,6 +376,14 @@ def zipit(table: pd.DataFrame) -> dict[str, float]:
         out[f"joint_acc_zip_until{depth}"] = float(rows["value"].mean())
     ensemble = _metric(table, "merge", "naive/n2/test/ensemble_acc")["value"]  # any method's
     out["joint_acc_ensemble"] = float(ensemble.mean())
+    # per task (its examples, the prediction among its labels), mean of the two tasks
+    cells = [("merge", m, key) for m, key in ZIPIT.items()]
+    cells += [(f"zip_until{d}", "zip", f"zip_until{d}") for d in (1, 2)]
+    for stage, method, key in cells:
+        accs = [_metric(table, stage, f"{method}/n2/test/task{j}_acc")["value"] for j in (0, 1)]
+        out[f"task_acc_{key}"] = float(pd.concat(accs).mean())
+    own = [_metric(table, "merge", f"originals/model{j}/test/task{j}_acc")["value"] for j in (0, 1)]
+    out["task_acc_own"] = float(pd.concat(own).mean())  # each model on its own task
     return out
 
 
@@ -402,6 +412,7 @@ KEYS = {
         "joint_acc_zip_until2",
         "joint_acc_originals",
         "joint_acc_ensemble",
+        *(f"task_acc_{k}" for k in (*ZIPIT.values(), "zip_until1", "zip_until2", "own")),
     ],
     "000_init_scale": ["init_scale_fit_r2", "init_scale_fit_a", "init_scale_fit_points"],
     "000_training": [

@@ -40,10 +40,12 @@ class OriginalStats:
     metrics: list[dict[str, float]]
     sharpness: list[float] = field(default_factory=list)
     outputs: list[dict[str, list[Tensor]]] = field(default_factory=list)
+    #: the label sets of a disjoint-task split, each also scored on its own (``task{j}_acc``)
+    tasks: list[list[int]] = field(default_factory=list)
 
     def prefix(self, n: int) -> OriginalStats:
         """The statistics of the first ``n`` models."""
-        return OriginalStats(self.metrics[:n], self.sharpness[:n], self.outputs[:n])
+        return OriginalStats(self.metrics[:n], self.sharpness[:n], self.outputs[:n], self.tasks)
 
     def mean(self, key: str) -> float:
         return sum(m[key] for m in self.metrics) / len(self.metrics)
@@ -53,28 +55,50 @@ class OriginalStats:
         ensemble (their outputs averaged: the ceiling a merge into one model aims at)."""
         if not self.outputs:
             return {}
-        scores = _scores(self.outputs, splits, loss)
+        scores = _scores(self.outputs, splits, loss, self.tasks)
         return {k.replace("/", "/ensemble_"): v for k, v in scores.items()}
 
 
+def _outputs(model: nn.Module, splits: Mapping[str, Batches]) -> dict[str, list[Tensor]]:
+    """The model's outputs (eval mode) on every split's batches."""
+    model.eval()
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        return {s: [model(b[0].to(device)) for b in batches] for s, batches in splits.items()}
+
+
 def _scores(
-    outputs: Sequence[Mapping[str, list[Tensor]]], splits: Mapping[str, Batches], loss: LossName
+    outputs: Sequence[Mapping[str, list[Tensor]]],
+    splits: Mapping[str, Batches],
+    loss: LossName,
+    tasks: Sequence[Sequence[int]] = (),
 ) -> dict[str, float]:
     """``{split}/loss`` and ``{split}/acc`` of the mean of the models' ``outputs`` on every
-    split's batches (one model: its own scores, as :func:`lmc.evaluation.evaluate`)."""
+    split's batches (one model: its own scores, as :func:`lmc.evaluation.evaluate`), and per
+    task ``j`` of ``tasks`` ``{split}/task{j}_acc``: on the examples of its labels, the
+    prediction among its labels only (the task's own head, ZipIt!'s per-task accuracy)."""
     out: dict[str, float] = {}
     for split, batches in splits.items():
         total, correct, n = 0.0, 0, 0
+        right, seen = [0] * len(tasks), [0] * len(tasks)
         for b, batch in enumerate(batches):
             mean = torch.stack([o[split][b] for o in outputs]).mean(0)
             y = batch[1].to(mean.device)
             total += float(batch_loss(mean, y, loss))
             correct += int((mean.argmax(1) == y).sum()) if loss == "cross_entropy" else 0
             n += y.shape[0]
+            for j, labels in enumerate(tasks):
+                ids = torch.as_tensor(labels, device=y.device)
+                mask = torch.isin(y, ids)
+                pred = ids[mean[mask][:, ids].argmax(1)]
+                right[j] += int((pred == y[mask]).sum())
+                seen[j] += int(mask.sum())
         if n == 0:
             raise ValueError(f"cannot evaluate on an empty {split!r} split")
         out[f"{split}/loss"] = total / n
         out[f"{split}/acc"] = correct / n if loss == "cross_entropy" else math.nan
+        for j in range(len(tasks)):
+            out[f"{split}/task{j}_acc"] = right[j] / seen[j] if seen[j] else math.nan
     return out
 
 
@@ -128,21 +152,18 @@ def evaluate_originals(
     sharpness_batches: Batches | None = None,
     sharpness_probes: int = 0,
     seed: int = 0,
+    tasks: Sequence[Sequence[int]] | None = None,
 ) -> OriginalStats:
-    """Loss/accuracy of every original model on every split, and its sharpness if asked; its
-    outputs are kept for the ensemble (:meth:`OriginalStats.ensemble`)."""
+    """Loss/accuracy of every original model on every split (and per task of ``tasks``, the
+    label sets of a disjoint-task split), and its sharpness if asked; its outputs are kept for
+    the ensemble (:meth:`OriginalStats.ensemble`)."""
     model = copy.deepcopy(net)
-    stats = OriginalStats([])
-    device = next(model.parameters()).device
-    model.eval()
+    stats = OriginalStats([], tasks=[list(t) for t in tasks or ()])
     for state in states:
         load_state(model, state)
-        with torch.no_grad():
-            outputs = {
-                s: [model(b[0].to(device)) for b in batches] for s, batches in splits.items()
-            }
+        outputs = _outputs(model, splits)
         stats.outputs.append(outputs)
-        stats.metrics.append(_scores([outputs], splits, loss))
+        stats.metrics.append(_scores([outputs], splits, loss, stats.tasks))
         if sharpness_probes > 0 and sharpness_batches:
             stats.sharpness.append(
                 _sharpness(model, sharpness_batches, loss, sharpness_probes, seed)
@@ -209,7 +230,7 @@ def evaluate_merge(
     else:
         shell = Merged(dict(merged), heads=heads).model(net)
         model = _load_merge(shell, [merged], align_batches)
-    for key, value in _eval_splits(model, splits, loss).items():
+    for key, value in _scores([_outputs(model, splits)], splits, loss, originals.tasks).items():
         split, stat = key.split("/")
         metrics[key] = value
         base = originals.mean(key)
@@ -279,6 +300,7 @@ def evaluate_sweep(
     sharpness_batches: Batches | None = None,
     sharpness_probes: int = 0,
     seed: int = 0,
+    tasks: Sequence[Sequence[int]] | None = None,
 ) -> MergeSweep:
     """:func:`evaluate_merge` for every method and every n (merging the first n of ``states``).
 
@@ -286,6 +308,8 @@ def evaluate_sweep(
         merges: method -> n -> its :class:`~lmc.merging.Merged` of the first n models (e.g.
             :func:`~lmc.merging.merge_sweep`'s); a merge with permutations is evaluated with
             its pairwise merges and geometry, one without on its merged state alone.
+        tasks: the label sets of a disjoint-task split: every model is also scored per task
+            (``{split}/task{j}_acc``, with its originals' mean, gap and ensemble).
         Others: as in :func:`evaluate_merge`; the originals are evaluated once.
     """
     sizes = [n for by_n in merges.values() for n in by_n]
@@ -300,6 +324,7 @@ def evaluate_sweep(
         sharpness_batches=sharpness_batches,
         sharpness_probes=sharpness_probes,
         seed=seed,
+        tasks=tasks,
     )
     evaluations = []
     for method, by_n in merges.items():

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from lmc.evaluation import batch_inputs
+from lmc.interpolation.states import check_compatible
 from lmc.merging.contract import MERGE_METHODS, Merged, MergeInputs
 from lmc.merging.otfusion import group_order, materialize
 from lmc.permutation.activation_matching import CrossStatistics, activation_matching
@@ -178,6 +179,10 @@ def merge_matrices(clusters: Sequence[Sequence[int]], total: int) -> tuple[Tenso
     return merge, unmerge
 
 
+def _names(inputs: MergeInputs) -> list[str]:
+    return [f"model {i}" for i in range(len(inputs.states))]
+
+
 def check_zippable(net: nn.Module, spec: PermutationSpec) -> None:
     """Refuse, before any work, an entry zip cannot place: one that carries a group's features
     on a later axis but none on axis 0 is taken as a consumer of them (a Linear/Conv weight, as
@@ -308,6 +313,7 @@ def zip_merge(
     Diagnostics: per group the fraction of merged features holding two features of one model
     (``same_model/{group}``)."""
     net = inputs.need("net", "zip")
+    check_compatible([net.state_dict(), *inputs.states], ["the net", *_names(inputs)])
     check_zippable(net, inputs.spec)
     trunk = trunk_groups(inputs.spec, zip_until) if zip_until is not None else None
     batches = inputs.need("align_batches", "zip")
@@ -335,6 +341,7 @@ def permute_merge(inputs: MergeInputs) -> Merged:
     permuted models averaged. Diagnostics: the mean matched correlation per group and model
     (``correlation/model{i}/{group}``)."""
     net = inputs.need("net", "permute")
+    check_compatible([net.state_dict(), *inputs.states], ["the net", *_names(inputs)])
     batches = inputs.need("align_batches", "permute")
     ref = materialize(net, inputs.states[inputs.reference])
     device = next(iter(inputs.states[inputs.reference].values())).device

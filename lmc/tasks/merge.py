@@ -148,6 +148,7 @@ class MergeReporter:
             pairwise=self.options.pairwise,
             sharpness_batches=align[: self.options.sharpness_batches],
             sharpness_probes=self.options.sharpness_probes,
+            tasks=self.options.tasks,
             seed=self.seed,
         )
         # a method's scalar diagnostics are logged beside its metrics, the rest kept as details

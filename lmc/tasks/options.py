@@ -68,11 +68,15 @@ class MergeEvaluationOptions(EvaluationOptions):
         pairwise: also evaluate the midpoint of every pair of permuted models (004 Fig. 4).
         sharpness_probes: Hutchinson probes of tr(H ⊙ θθᵀ) (004 §6.2); 0 turns it off.
         sharpness_batches: alignment batches defining the sharpness loss.
+        tasks: the label sets of a disjoint-task split (e.g. ``[[0, 1, 2, 3, 4], [5, 6, 7, 8,
+            9]]``): every model is also scored per task, ``{split}/task{j}_acc``, on the task's
+            examples with the prediction among its labels (ZipIt!'s per-task accuracy).
     """
 
     pairwise: bool = True
     sharpness_probes: int = 0
     sharpness_batches: int = 1
+    tasks: list[list[int]] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -196,3 +196,22 @@ def test_the_ensemble_averages_the_originals_outputs():
     merges = {"naive": merge_sweep(MergeInputs([base, other], spec), "naive", [2])}
     sweep = evaluate_sweep(net, [base, other], spec, merges, splits, pairwise=False)
     assert sweep.summary()["naive/n2/test/ensemble_acc"] == two["test/ensemble_acc"]
+
+
+def test_per_task_accuracy_predicts_among_the_tasks_labels():
+    """A model whose output always ranks 5 > 6 > ... > 9 > 4 > ... > 0: overall it predicts 5;
+    within task 0-4 its head predicts 4, within 5-9 it predicts 5."""
+    net = torch.nn.Linear(2, 10)
+    with torch.no_grad():
+        net.weight.zero_()
+        net.bias.copy_(torch.tensor([0.0, 1, 2, 3, 4, 9, 8, 7, 6, 5]))
+    y = torch.tensor([4, 4, 0, 5, 5, 9])
+    splits = {"test": [(torch.zeros(6, 2), y)]}
+    tasks = [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    stats = evaluate_originals(net, [net.state_dict()], splits, tasks=tasks)
+    assert stats.metrics[0]["test/acc"] == pytest.approx(2 / 6)
+    assert stats.metrics[0]["test/task0_acc"] == pytest.approx(2 / 3)
+    assert stats.metrics[0]["test/task1_acc"] == pytest.approx(2 / 3)
+    assert stats.ensemble(splits, "cross_entropy")["test/ensemble_task1_acc"] == pytest.approx(
+        2 / 3
+    )

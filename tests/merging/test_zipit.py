@@ -199,3 +199,11 @@ def test_a_residual_network_is_zipped_whole():
     net, data = build(CASES[2][1], CASES[2][2])
     with pytest.raises(SpecError, match="residual streams spanning the network: zip it whole"):
         ZIP(_inputs([net.state_dict()] * 2, net, data), zip_until=1)
+
+
+@pytest.mark.parametrize("method", ["zip", "permute"])
+def test_models_of_different_architectures_are_refused_before_any_work(method):
+    net, data = build(lambda: MLP(20, 5, width=12, depth=2), (20,))
+    wider = MLP(20, 5, width=16, depth=2).state_dict()
+    with pytest.raises(ValueError, match="model 1 and the net differ at 'layers.0.weight'"):
+        MERGE_METHODS.get(method)(_inputs([net.state_dict(), wider], net, data))
