@@ -49,6 +49,8 @@ def fake_data_dir(tmp_path_factory) -> Path:
 def _tiny_overlay(config: Path, root: Path, data_dir: Path) -> list[str]:
     cfg = load_yaml(config)
     data = cfg["data"]["class_path"]
+    # a ClassSubset's loader and split settings are those of the data module it wraps
+    inner = "--data.init_args.data.init_args." if data == "lmc.data.ClassSubset" else None
     args = [
         "--trainer.max_steps=1",
         "--trainer.max_epochs=1",
@@ -73,6 +75,8 @@ def _tiny_overlay(config: Path, root: Path, data_dir: Path) -> list[str]:
             "--data.init_args.val_size=8",
             "--data.init_args.alignment_size=8",
         ]
+    if inner:
+        args = [a.replace("--data.init_args.", inner) for a in args]
     net = cfg["model"]["init_args"].get("net", {}).get("init_args", {})
     if net.get("width", 1) > 2:  # x4/x16 recipes: same code path, CPU-sized
         args.append("--model.init_args.net.init_args.width=1")
