@@ -59,7 +59,8 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
   and ``training_mnist_{barrier,entropy}_{init,trained}_nowd`` without it (000's setting);
 * ``pruning_vgg_lowers_barrier`` (000 Table 1, VGG16 on MNIST): as ``pruning_lowers_barrier``
   for the reduced VGG-16;
-* ``joint_acc_{wavg,wm,permute,zip_full}`` (ZipIt! §5, MNIST 0-4 / 5-9): the joint test
+* ``joint_acc_{wavg,wm,permute,zip_full}`` (ZipIt! §5, MNIST 0-4 / 5-9; ``..._fmnist`` for
+  Fashion-MNIST): the joint test
   accuracy (all ten digits) of the pair merged by plain averaging, weight matching, activation
   matching and zip, mean over the trials, ``joint_acc_zip_until{1,2}`` (partial zipping: the
   first 1 or 2 of the 3 hidden layers zipped, per-model heads), ``joint_acc_originals`` (each
@@ -357,33 +358,35 @@ def training_mnist(table: pd.DataFrame) -> dict[str, float]:
 
 #: zipit_disjoint's merge methods and the names of their keys (issue 33's benchmark names)
 ZIPIT = {"naive": "wavg", "wm_ref": "wm", "permute": "permute", "zip": "zip_full"}
+ZIPIT_DATA = "data.init_args.data.class_path"
 
 
 def zipit(table: pd.DataFrame) -> dict[str, float]:
-    """ZipIt! §5 on MNIST 0-4 / 5-9: each merge method's joint test accuracy (all ten digits),
-    mean over the trials, and the originals' (each model on all ten digits: about half)."""
-    out = {
-        f"joint_acc_{key}": float(_metric(table, "merge", f"{m}/n2/test/acc")["value"].mean())
-        for m, key in ZIPIT.items()
-    }
-    originals = _metric(table, "merge", "originals/model0/test/acc")["value"]
-    originals = pd.concat(
-        [originals, _metric(table, "merge", "originals/model1/test/acc")["value"]]
-    )
-    out["joint_acc_originals"] = float(originals.mean())
-    for depth in (1, 2):  # partial zipping: the first `depth` hidden layers zipped
-        rows = _metric(table, f"zip_until{depth}", "zip/n2/test/acc")
-        out[f"joint_acc_zip_until{depth}"] = float(rows["value"].mean())
-    ensemble = _metric(table, "merge", "naive/n2/test/ensemble_acc")["value"]  # any method's
-    out["joint_acc_ensemble"] = float(ensemble.mean())
-    # per task (its examples, the prediction among its labels), mean of the two tasks
-    cells = [("merge", m, key) for m, key in ZIPIT.items()]
-    cells += [(f"zip_until{d}", "zip", f"zip_until{d}") for d in (1, 2)]
-    for stage, method, key in cells:
-        accs = [_metric(table, stage, f"{method}/n2/test/task{j}_acc")["value"] for j in (0, 1)]
-        out[f"task_acc_{key}"] = float(pd.concat(accs).mean())
-    own = [_metric(table, "merge", f"originals/model{j}/test/task{j}_acc")["value"] for j in (0, 1)]
-    out["task_acc_own"] = float(pd.concat(own).mean())  # each model on its own task
+    """ZipIt! §5 with labels 0-4 / 5-9 of MNIST (keys as named) and Fashion-MNIST (``_fmnist``):
+    each merge method's joint test accuracy (all ten labels), mean over the trials, the
+    originals' (each model on all ten: about half) and the pair's output ensemble's, and the
+    per-task accuracies (``task_acc_*``)."""
+    out: dict[str, float] = {}
+    for dataset, suffix in (
+        ("lmc.data.MNISTDataModule", ""),
+        ("lmc.data.FashionMNISTDataModule", "_fmnist"),
+    ):
+        rows = table[table.get(ZIPIT_DATA, pd.Series(dataset, index=table.index)) == dataset]
+
+        def mean(stage: str, *metrics: str, rows: pd.DataFrame = rows) -> float:
+            return float(pd.concat([_metric(rows, stage, m)["value"] for m in metrics]).mean())
+
+        cells = [("merge", m, key) for m, key in ZIPIT.items()]
+        cells += [(f"zip_until{d}", "zip", f"zip_until{d}") for d in (1, 2)]
+        for stage, method, key in cells:
+            out[f"joint_acc_{key}{suffix}"] = mean(stage, f"{method}/n2/test/acc")
+            tasks = (f"{method}/n2/test/task{j}_acc" for j in (0, 1))
+            out[f"task_acc_{key}{suffix}"] = mean(stage, *tasks)
+        models = (f"originals/model{j}/test/acc" for j in (0, 1))
+        out[f"joint_acc_originals{suffix}"] = mean("merge", *models)
+        out[f"joint_acc_ensemble{suffix}"] = mean("merge", "naive/n2/test/ensemble_acc")
+        own = (f"originals/model{j}/test/task{j}_acc" for j in (0, 1))  # each on its own task
+        out[f"task_acc_own{suffix}"] = mean("merge", *own)
     return out
 
 
@@ -407,12 +410,13 @@ READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
 }
 KEYS = {
     "zipit_disjoint": [
-        *(f"joint_acc_{k}" for k in ZIPIT.values()),
-        "joint_acc_zip_until1",
-        "joint_acc_zip_until2",
-        "joint_acc_originals",
-        "joint_acc_ensemble",
-        *(f"task_acc_{k}" for k in (*ZIPIT.values(), "zip_until1", "zip_until2", "own")),
+        f"{kind}_{key}{suffix}"
+        for suffix in ("", "_fmnist")
+        for kind, keys in (
+            ("joint_acc", (*ZIPIT.values(), "zip_until1", "zip_until2", "originals", "ensemble")),
+            ("task_acc", (*ZIPIT.values(), "zip_until1", "zip_until2", "own")),
+        )
+        for key in keys
     ],
     "000_init_scale": ["init_scale_fit_r2", "init_scale_fit_a", "init_scale_fit_points"],
     "000_training": [

@@ -161,7 +161,7 @@ def test_every_study_file_plans():
         "002_robust_curves": 8,
         "000_training_mnist": 28,
         "000_pruning_vgg": 40,
-        "zipit_disjoint": 15,
+        "zipit_disjoint": 30,
     }
     for name, jobs in expected.items():
         assert len(plan(load_study(STUDIES / f"{name}.yaml"))) == jobs, name
@@ -180,12 +180,13 @@ def test_zipit_disjoint(tmp_path):
         "zipit_disjoint",
         tmp_path,
         grid={
+            "data.init_args.data.class_path": ["lmc.data.MNISTDataModule"],
             classes: [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]] * 2,
             "data.init_args.data.init_args.seed": [0, 0, 1, 1],
             "seed_everything": [0, 1, 2, 3],
         },
         train_args=[*nested, *TINY_FIT],
-        stage_args={stage: TINY_MNIST for stage in ("merge", "zip_until1", "zip_until2")},
+        stage_args={stage: nested for stage in ("merge", "zip_until1", "zip_until2")},
     )
     table = run(path, tmp_path)
     trained = table[(table["stage"] == "train")]

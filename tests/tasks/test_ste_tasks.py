@@ -25,10 +25,12 @@ from tests.helpers import (
 
 # the merge-sweep configs (fusion and Sinkhorn configs are run by their own tests)
 OWN_TESTS = ("lmc.tasks.OTFusionTask", "lmc.tasks.FedMATask", "lmc.tasks.SinkhornTask")
+# the disjoint-task merges run in the zipit studies' tests (tests/studies/test_reproductions.py)
 MERGE = sorted(
     p
     for p in (CONFIGS / "merge").glob("*.yaml")
     if yaml.safe_load(p.read_text())["model"]["class_path"] not in OWN_TESTS
+    and not p.name.endswith("_disjoint.yaml")
 )
 WIDTH = 16
 CSV = str(CONFIGS / "loggers" / "csv.yaml")
