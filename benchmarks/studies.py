@@ -3,7 +3,8 @@ headline numbers from its results table.
 
 Runs ``configs/studies/<name>.yaml`` for 000_init_scale, 000_training, 004_merge_n, 000_pruning,
 003_width, 002_curves, 000_fusion, 004_geometry, 003_pq_lr, 003_overlap, 003_mnist_width,
-000_fedma, 002_robust_curves, 000_training_mnist, 000_pruning_vgg and zipit_disjoint (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
+000_fedma, 002_robust_curves, 000_training_mnist, 000_pruning_vgg, zipit_disjoint and
+zipit_disjoint_vgg (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
 then its report), one after the other; a folder that already holds the study's done jobs is not
 redone (the engine skips them), so a second call only reads. The numbers come from
 :func:`lmc.studies.results.results` (one row per job and metric), never from logs:
@@ -67,7 +68,9 @@ redone (the engine skips them), so a second call only reads. The numbers come fr
   model alone) and
   ``joint_acc_ensemble`` (the pair's averaged outputs: the ceiling); ``task_acc_<method>`` the
   per-task accuracy (a task's examples, the prediction among its labels; mean of the two
-  tasks) and ``task_acc_own`` each model's on its own task.
+  tasks) and ``task_acc_own`` each model's on its own task; the same with the suffix ``_vgg``
+  for zipit_disjoint_vgg (VGG-11 with BatchNorm on MNIST, partial zipping at 3 and 6 of 8 conv
+  layers: ``zip_until{3,6}``).
 
 A study left out by ``--only`` prints ``nan`` for its keys. Needs ``LMC_DATA_DIR`` with MNIST
 and FashionMNIST (writable) for all but 003_width. Run ``nice -n 10 python benchmarks/studies.py``
@@ -114,6 +117,7 @@ ORDER = (
     "000_training_mnist",
     "000_pruning_vgg",
     "zipit_disjoint",
+    "zipit_disjoint_vgg",
 )
 MERGE_METHODS = ("stemm", "mergemany", "wm_ref")
 FUSION_STRATEGIES = ("only_prune", "finetune_once", "iterative")
@@ -361,23 +365,27 @@ ZIPIT = {"naive": "wavg", "wm_ref": "wm", "permute": "permute", "zip": "zip_full
 ZIPIT_DATA = "data.init_args.data.class_path"
 
 
-def zipit(table: pd.DataFrame) -> dict[str, float]:
-    """ZipIt! §5 with labels 0-4 / 5-9 of MNIST (keys as named) and Fashion-MNIST (``_fmnist``):
-    each merge method's joint test accuracy (all ten labels), mean over the trials, the
-    originals' (each model on all ten: about half) and the pair's output ensemble's, and the
-    per-task accuracies (``task_acc_*``)."""
-    out: dict[str, float] = {}
-    for dataset, suffix in (
+def zipit(
+    table: pd.DataFrame,
+    datasets: tuple[tuple[str, str], ...] = (
         ("lmc.data.MNISTDataModule", ""),
         ("lmc.data.FashionMNISTDataModule", "_fmnist"),
-    ):
+    ),
+    partial: tuple[int, ...] = (1, 2),
+) -> dict[str, float]:
+    """ZipIt! §5 with labels 0-4 / 5-9 of MNIST (keys as named) and Fashion-MNIST (``_fmnist``):
+    each merge method's joint test accuracy (all ten labels), mean over the trials, partial
+    zipping at the ``partial`` depths, the originals' (each model on all ten: about half) and
+    the pair's output ensemble's, and the per-task accuracies (``task_acc_*``)."""
+    out: dict[str, float] = {}
+    for dataset, suffix in datasets:
         rows = table[table.get(ZIPIT_DATA, pd.Series(dataset, index=table.index)) == dataset]
 
         def mean(stage: str, *metrics: str, rows: pd.DataFrame = rows) -> float:
             return float(pd.concat([_metric(rows, stage, m)["value"] for m in metrics]).mean())
 
         cells = [("merge", m, key) for m, key in ZIPIT.items()]
-        cells += [(f"zip_until{d}", "zip", f"zip_until{d}") for d in (1, 2)]
+        cells += [(f"zip_until{d}", "zip", f"zip_until{d}") for d in partial]
         for stage, method, key in cells:
             out[f"joint_acc_{key}{suffix}"] = mean(stage, f"{method}/n2/test/acc")
             tasks = (f"{method}/n2/test/task{j}_acc" for j in (0, 1))
@@ -390,8 +398,15 @@ def zipit(table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def zipit_vgg(table: pd.DataFrame) -> dict[str, float]:
+    """zipit_disjoint_vgg: :func:`zipit`'s keys with the suffix ``_vgg`` (MNIST, VGG-11 with
+    BatchNorm; partial zipping of the first 3 and 6 of its 8 conv layers)."""
+    return zipit(table, (("lmc.data.MNISTDataModule", "_vgg"),), (3, 6))
+
+
 READ: dict[str, Callable[[pd.DataFrame], dict[str, float]]] = {
     "zipit_disjoint": zipit,
+    "zipit_disjoint_vgg": zipit_vgg,
     "000_init_scale": init_scale,
     "000_training": training,
     "004_merge_n": merge_n,
@@ -415,6 +430,14 @@ KEYS = {
         for kind, keys in (
             ("joint_acc", (*ZIPIT.values(), "zip_until1", "zip_until2", "originals", "ensemble")),
             ("task_acc", (*ZIPIT.values(), "zip_until1", "zip_until2", "own")),
+        )
+        for key in keys
+    ],
+    "zipit_disjoint_vgg": [
+        f"{kind}_{key}_vgg"
+        for kind, keys in (
+            ("joint_acc", (*ZIPIT.values(), "zip_until3", "zip_until6", "originals", "ensemble")),
+            ("task_acc", (*ZIPIT.values(), "zip_until3", "zip_until6", "own")),
         )
         for key in keys
     ],

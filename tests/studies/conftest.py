@@ -14,6 +14,20 @@ from lmc.studies import run_study
 from tests.helpers import CONFIGS
 
 WIDTH = "model.init_args.net.init_args.width"
+
+
+def merge_stage(*args: str) -> dict:
+    """A merge stage of the tiny study: its seeds' models merged (teacher_student_merge.yaml)
+    with ``args``."""
+    return {
+        "name": "merge",
+        "kind": "merge",
+        "config": str(CONFIGS / "studies" / "teacher_student_merge.yaml"),
+        "groups": {"over": [WIDTH], "vary": "seed_everything"},
+        "args": list(args),
+    }
+
+
 TINY_DATA = [
     "--data.init_args.n_train=64",
     "--data.init_args.n_val=32",

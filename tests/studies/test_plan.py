@@ -8,7 +8,7 @@ import pytest
 from lmc.studies import StudyError, load_and_plan, run_study
 from lmc.studies.schema import EVALUATE_KINDS, Groups, Pairs
 from tests.helpers import CONFIGS
-from tests.studies.conftest import WIDTH, tiny_study, width_claim, write_study
+from tests.studies.conftest import WIDTH, merge_stage, tiny_study, width_claim, write_study
 
 
 def test_plan_expands_the_grid_with_stable_ids(tmp_path):
@@ -206,33 +206,17 @@ BAD = {
         "the training jobs train a lmc.models.TwoLayerReLU",
     ),
     "num_models above the group's size": (
-        tiny_study(
-            evaluate=[
-                {
-                    "name": "merge",
-                    "kind": "merge",
-                    "config": str(CONFIGS / "studies" / "teacher_student_merge.yaml"),
-                    "groups": {"over": [WIDTH], "vary": "seed_everything"},
-                    "args": ["--model.init_args.num_models=[2, 3]"],
-                }
-            ]
-        ),
+        tiny_study(evaluate=[merge_stage("--model.init_args.num_models=[2, 3]")]),
         "evaluate stage 'merge' {'model.init_args.net.init_args.width': 4, 'seed_everything': "
         "[0, 1]}: num_models [3] must lie in [2, 2] (the models its group selects)",
     ),
     "an option a merge method does not take": (
         tiny_study(
             evaluate=[
-                {
-                    "name": "merge",
-                    "kind": "merge",
-                    "config": str(CONFIGS / "studies" / "teacher_student_merge.yaml"),
-                    "groups": {"over": [WIDTH], "vary": "seed_everything"},
-                    "args": [
-                        "--model.init_args.methods=[naive, stemm]",
-                        "--model.init_args.method_options={stemm: {epoch: 2}}",
-                    ],
-                }
+                merge_stage(
+                    "--model.init_args.methods=[naive, stemm]",
+                    "--model.init_args.method_options={stemm: {epoch: 2}}",
+                )
             ]
         ),
         "evaluate stage 'merge': model.init_args.method_options.stemm: unknown option(s) 'epoch'; "

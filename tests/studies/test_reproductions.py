@@ -162,6 +162,7 @@ def test_every_study_file_plans():
         "000_training_mnist": 28,
         "000_pruning_vgg": 40,
         "zipit_disjoint": 30,
+        "zipit_disjoint_vgg": 15,
     }
     for name, jobs in expected.items():
         assert len(plan(load_study(STUDIES / f"{name}.yaml"))) == jobs, name
@@ -200,6 +201,33 @@ def test_zipit_disjoint(tmp_path):
         assert len(accs) == 2 and all(0.0 <= a <= 1.0 for a in accs), (stage, method)
         ensemble = values(table, stage, f"{method}/n2/test/ensemble_acc")
         assert ensemble == values(table, "merge", "naive/n2/test/ensemble_acc")  # one ceiling
+
+
+def test_zipit_disjoint_vgg(tmp_path):
+    """One trial of VGG-11s with BatchNorm (width 1/16) on MNIST 0-4 and 5-9 (fake data),
+    merged by every method and zipped partially: every merged model (BatchNorm re-estimated)
+    reports a joint and per-task accuracy."""
+    nested = [
+        a.replace("--data.init_args.", "--data.init_args.data.init_args.") for a in TINY_MNIST
+    ]
+    nested = [a for a in nested if "net.init_args.width" not in a]
+    vgg = ["--model.init_args.net.init_args.width=0.0625"]
+    path = tiny_study(
+        "zipit_disjoint_vgg",
+        tmp_path,
+        grid={
+            "data.init_args.classes": [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]],
+            "data.init_args.data.init_args.seed": [0, 0],
+            "seed_everything": [0, 1],
+        },
+        train_args=[*nested, *vgg, *TINY_FIT, "--trainer.limit_train_batches=2"],
+        stage_args={s: [*nested, *vgg] for s in ("merge", "zip_until3", "zip_until6")},
+    )
+    table = run(path, tmp_path)
+    for stage, method in [("merge", "zip"), ("merge", "permute"), ("zip_until3", "zip")]:
+        for metric in ("test/acc", "test/task0_acc", "test/task1_acc"):
+            [acc] = values(table, stage, f"{method}/n2/{metric}")
+            assert 0.0 <= acc <= 1.0, (stage, method, metric)
 
 
 def test_004_merge_n(tmp_path):

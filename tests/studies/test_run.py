@@ -14,8 +14,8 @@ import pytest
 from lmc.cli import main
 from lmc.studies import StudyError, StudyStore, run_study, status
 from lmc.studies.results import results
-from tests.helpers import CONFIGS, run_dirs
-from tests.studies.conftest import TINY_DATA, WIDTH, copy_run, tiny_study, write_study
+from tests.helpers import run_dirs
+from tests.studies.conftest import TINY_DATA, WIDTH, copy_run, merge_stage, tiny_study, write_study
 
 
 def _records(out):
@@ -218,17 +218,11 @@ def test_a_merge_method_registered_in_user_code_runs_from_a_study_file(tmp_path,
     study = tiny_study(
         grid={WIDTH: [4], "seed_everything": [0, 1]},
         evaluate=[
-            {
-                "name": "merge",
-                "kind": "merge",
-                "config": str(CONFIGS / "studies" / "teacher_student_merge.yaml"),
-                "groups": {"over": [WIDTH], "vary": "seed_everything"},
-                "args": [
-                    "--model.init_args.methods=[naive, mine]",
-                    "--model.init_args.method_options={mine: {tag: 7}}",
-                    *TINY_DATA,
-                ],
-            }
+            merge_stage(
+                "--model.init_args.methods=[naive, mine]",
+                "--model.init_args.method_options={mine: {tag: 7}}",
+                *TINY_DATA,
+            )
         ],
     )
     summary = run_study(write_study(tmp_path, study), tmp_path / "out", log=lambda _: None)

@@ -235,24 +235,26 @@ def test_bad_inputs_fail_before_work(world, tmp_path):
     assert not list(tmp_path.rglob("summary.json"))
 
 
+def _baselines_run(world: dict, out: Path, *args: str) -> Path:
+    """``lmc validate`` of the MNIST merge config on the world's MLPs with ``args``; its run."""
+    config = CONFIGS / "merge" / "mnist_mlp_baselines.yaml"
+    run_cli("validate", "-c", str(config), "-c", CSV, *_overlay(config, world, out), *args)
+    [run] = run_dirs(out)
+    return run
+
+
 def test_merge_task_runs_any_registered_method_by_name(world, tmp_path):
     """One merge task reads the registry by name: permuting methods (wm_ref, STE-MM trained on
     the training split) and one that does not permute (OTFusion) in one sweep, each method's
     options from the config, its scalar diagnostics logged beside its metrics, and
     permutations saved for the methods that have them."""
-    config = CONFIGS / "merge" / "mnist_mlp_baselines.yaml"
-    run_cli(
-        "validate",
-        "-c",
-        str(config),
-        "-c",
-        CSV,
-        *_overlay(config, world, tmp_path),
+    run = _baselines_run(
+        world,
+        tmp_path,
         "--model.init_args.methods=[wm_ref, otfusion, stemm, zip]",
         "--model.init_args.method_options={stemm: {epochs: 1, max_steps: 2}}",
         "--model.init_args.evaluation.pairwise=false",
     )
-    [run] = run_dirs(tmp_path)
     payload = json.loads((run / "summary.json").read_text())
     by = {(e["method"], e["n"]): e["metrics"] for e in payload["evaluations"]}
     assert set(by) == {(m, n) for m in ("wm_ref", "otfusion", "stemm", "zip") for n in (2, 3)}
@@ -293,14 +295,9 @@ def test_a_partial_zip_checkpoint_reloads_and_evaluates_as_reported(world, tmp_p
     from lmc.evaluation import evaluate
     from lmc.models import MultiHead
 
-    config = CONFIGS / "merge" / "mnist_mlp_baselines.yaml"
-    run_cli(
-        "validate",
-        "-c",
-        str(config),
-        "-c",
-        CSV,
-        *_overlay(config, world, tmp_path),
+    run = _baselines_run(
+        world,
+        tmp_path,
         "--model.init_args.methods=[zip]",
         "--model.init_args.method_options={zip: {zip_until: 2}}",
         "--model.init_args.num_models=[2]",
@@ -308,7 +305,6 @@ def test_a_partial_zip_checkpoint_reloads_and_evaluates_as_reported(world, tmp_p
         "--model.init_args.evaluation.sharpness_probes=0",
         "--model.init_args.save_merged=true",
     )
-    [run] = run_dirs(tmp_path)
     reported = json.loads((run / "summary.json").read_text())["summary"]["zip/n2/test/acc"]
     model = MultiHead(MLP(784, 10, width=WIDTH, depth=3), 2)
     model.load_state_dict(model_state_dict(load_checkpoint(run / "merged_zip_n2.ckpt")))
