@@ -91,8 +91,14 @@ def save_net_checkpoint(
     state: Mapping[str, Tensor], path: str | Path, prefix: str = "net."
 ) -> None:
     """Write ``state`` as a checkpoint ``lmc`` tasks read back (``model_state_dict``'s inverse),
-    atomically (:func:`atomic_write`)."""
-    payload = {"state_dict": {f"{prefix}{k}": v for k, v in state.items()}}
+    atomically (:func:`atomic_write`); it carries Lightning's version, so ``lmc validate
+    --ckpt_path`` of a task whose net is the state's architecture evaluates it."""
+    from importlib.metadata import version
+
+    payload = {
+        "state_dict": {f"{prefix}{k}": v for k, v in state.items()},
+        "pytorch-lightning_version": version("lightning"),
+    }
     atomic_write(path, lambda f: torch.save(payload, f))
 
 

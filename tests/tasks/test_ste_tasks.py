@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -313,3 +314,28 @@ def test_a_partial_zip_checkpoint_reloads_and_evaluates_as_reported(world, tmp_p
     dm = MNISTDataModule(str(world["data"]), val_size=16, alignment_size=16, eval_batch_size=16)
     dm.setup("test")
     assert evaluate(model, dm.test_dataloader()).acc == pytest.approx(reported)
+    # `lmc test` of a classification task whose net is the MultiHead evaluates the checkpoint
+    out = tmp_path / "test"
+    run_cli(
+        "test",
+        "-c",
+        str(CONFIGS / "mnist" / "mlp.yaml"),
+        "-c",
+        CSV,
+        "--model.init_args.net=lmc.models.MultiHead",
+        "--model.init_args.net.init_args.net=lmc.models.MLP",
+        f"--model.init_args.net.init_args.net.init_args.width={WIDTH}",
+        "--model.init_args.net.init_args.heads=2",
+        f"--ckpt_path={run / 'merged_zip_n2.ckpt'}",
+        f"--data.init_args.data_dir={world['data']}",
+        "--data.init_args.val_size=16",
+        "--data.init_args.alignment_size=16",
+        "--data.init_args.eval_batch_size=16",
+        "--trainer.accelerator=cpu",
+        "--trainer.enable_progress_bar=false",
+        f"--trainer.default_root_dir={out}",
+        f"--trainer.logger.init_args.save_dir={out}",
+    )
+    [log] = out.rglob("metrics.csv")
+    rows = list(csv.DictReader(log.open()))
+    assert float(next(r["test/acc"] for r in rows if r.get("test/acc"))) == pytest.approx(reported)
