@@ -539,6 +539,30 @@ def _fmt(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def run_and_read(name: str, root: Path, workers: int) -> tuple[dict[str, object], bool, float]:
+    """Run the study ``name`` into ``root`` (done jobs are skipped), write its report and read
+    its numbers: ``(numbers, any job failed, minutes)``."""
+    start = time.perf_counter()
+    summary = run_study(STUDIES / f"{name}.yaml", root, workers=workers, log=print)
+    write_report(root)
+    minutes = (time.perf_counter() - start) / 60
+    print(
+        f"{name}: {len(summary.ran)} jobs ran, {len(summary.skipped)} were done, "
+        f"{len(summary.failed)} failed, {minutes:.1f} min",
+        flush=True,
+    )
+    return READ[name](results(root)), bool(summary.failed), minutes
+
+
+def print_line(line: list[str], failed: list[str]) -> None:
+    """The benchmark's last line, after the studies whose jobs failed (then exit 1)."""
+    if failed:
+        print(f"FAILED jobs in: {', '.join(failed)} (see lmc study status DIR)", flush=True)
+    print(" ".join(line), flush=True)
+    if failed:
+        sys.exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=ORDER, help="run and read this study only")
@@ -551,27 +575,14 @@ def main(argv: list[str] | None = None) -> None:
     for name in ORDER:
         if args.only and name != args.only:
             continue
-        root = args.dir / name
-        start = time.perf_counter()
-        summary = run_study(STUDIES / f"{name}.yaml", root, workers=args.workers, log=print)
-        write_report(root)
-        minutes[name] = (time.perf_counter() - start) / 60
-        print(
-            f"{name}: {len(summary.ran)} jobs ran, {len(summary.skipped)} were done, "
-            f"{len(summary.failed)} failed, {minutes[name]:.1f} min",
-            flush=True,
-        )
-        if summary.failed:
+        read, broke, minutes[name] = run_and_read(name, args.dir / name, args.workers)
+        numbers.update(read)
+        if broke:
             failed.append(name)
-        numbers.update(READ[name](results(root)))
     line = [f"{k}={_fmt(numbers[k])}" for k in HEADLINE]
     line += [f"{k}={_fmt(v)}" for k, v in numbers.items() if k not in HEADLINE]
     line += [f"minutes_{k}={v:.2f}" for k, v in minutes.items()]
-    if failed:
-        print(f"FAILED jobs in: {', '.join(failed)} (see lmc study status DIR)", flush=True)
-    print(" ".join(line), flush=True)
-    if failed:
-        sys.exit(1)
+    print_line(line, failed)
 
 
 if __name__ == "__main__":

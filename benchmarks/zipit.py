@@ -34,10 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.studies import READ, STUDIES  # noqa: E402
-from lmc.studies import run_study  # noqa: E402
-from lmc.studies.report import write_report  # noqa: E402
-from lmc.studies.results import results  # noqa: E402
+from benchmarks.studies import print_line, run_and_read  # noqa: E402
 
 HEADLINE = (
     "joint_acc_wavg",
@@ -59,23 +56,17 @@ def main(argv: list[str] | None = None) -> None:
     numbers: dict[str, float] = {}
     failed = []
     for name in ("zipit_disjoint", "zipit_disjoint_vgg"):
-        root = args.dir / name
-        summary = run_study(STUDIES / f"{name}.yaml", root, workers=args.workers, log=print)
-        write_report(root)
-        if summary.failed:
+        read, broke, _ = run_and_read(name, args.dir / name, args.workers)
+        numbers.update(read)  # type: ignore[arg-type]
+        if broke:
             failed.append(name)
-        numbers.update(READ[name](results(root)))
     for suffix, cut in PARTIAL.items():
         for kind in ("joint_acc", "task_acc"):
             numbers[f"{kind}_zip_partial{suffix}"] = numbers[f"{kind}_{cut}{suffix}"]
     line = [f"{k}={numbers[k]:.4g}" for k in HEADLINE]
     line += [f"{k}={v:.4g}" for k, v in numbers.items() if k not in HEADLINE]
     print("device=cpu", flush=True)
-    if failed:
-        print(f"FAILED jobs in: {', '.join(failed)} (see lmc study status DIR)", flush=True)
-    print(" ".join(line), flush=True)
-    if failed:
-        sys.exit(1)
+    print_line(line, failed)
 
 
 if __name__ == "__main__":
