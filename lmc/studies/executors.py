@@ -191,6 +191,12 @@ class LocalPool:
         for process in processes:
             process.join(timeout=5)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        # let the pool's manager thread finish closing its pipes now: the interpreter's exit
+        # hook wakes it through one of them, and a wake racing the close printed an OSError
+        # ("Bad file descriptor") after the interrupt's message
+        manager = getattr(self._pool, "_executor_manager_thread", None)
+        if manager is not None:
+            manager.join(timeout=5)
 
 
 class Submitit:
