@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,7 +30,46 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-FIGURE_KINDS = ("line", "bar", "scatter", "curve", "heatmap")
+@dataclass
+class FigureKind:
+    """A kind of report figure, in one place: the keys its study-file entry needs and may
+    take, whether it plots one y only, and its renderers, registered by the modules that draw:
+    ``matplotlib`` (:mod:`lmc.studies.figures`: the report's PNG/PDF/SVG) and ``wandb``
+    (:mod:`lmc.studies.wandb_spec`: the W&B Report panel)."""
+
+    name: str
+    required: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+    one_y: bool = False
+    renderers: dict[str, Callable[..., Any]] = field(default_factory=dict)
+
+    def render(self, to: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Register ``fn`` as this kind's renderer ``to``; returns ``fn`` (a decorator's use)."""
+        self.renderers[to] = fn
+        return fn
+
+    def renderer(self, to: str) -> Callable[..., Any]:
+        """The renderer ``to`` of this kind (its module imported)."""
+        if to not in self.renderers:
+            import importlib
+
+            importlib.import_module(RENDERER_MODULES[to])
+        return self.renderers[to]
+
+
+#: renderer name -> the module that registers it for every kind
+RENDERER_MODULES = {"matplotlib": "lmc.studies.figures", "wandb": "lmc.studies.wandb_spec"}
+#: kind name -> :class:`FigureKind`; a new kind is one entry here and one renderer per module
+FIGURE_KINDS: dict[str, FigureKind] = {
+    k.name: k
+    for k in (
+        FigureKind("line", ("x",), ("hue", "xscale", "yscale", "references")),
+        FigureKind("bar", ("x",), ("hue", "yscale")),
+        FigureKind("scatter", ("x",), ("hue", "fit", "xscale", "yscale", "references"), True),
+        FigureKind("curve", ("series",), ("hue", "xscale", "yscale", "references")),
+        FigureKind("heatmap", ("x", "rows"), (), True),
+    )
+}
 SCALES = ("linear", "log")
 PNG_DPI = 150
 MAX_TICKS = 12  # a line figure with at most this many x values gets them as its ticks
@@ -92,14 +131,6 @@ FIT_LABELS: dict[str, Callable[[dict[str, float]], str]] = {
 
 # per kind: keys it needs beyond name/kind/stage/y, and the optional ones it takes
 _COMMON = ("name", "kind", "stage", "y", "xlabel", "ylabel", "title")
-_KIND_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "line": (("x",), ("hue", "xscale", "yscale", "references")),
-    "bar": (("x",), ("hue", "yscale")),
-    "scatter": (("x",), ("hue", "fit", "xscale", "yscale", "references")),
-    "curve": (("series",), ("hue", "xscale", "yscale", "references")),
-    "heatmap": (("x", "rows"), ()),
-}
-_ONE_Y = ("scatter", "heatmap")
 
 
 def _text(value: Any, where: str) -> str:
@@ -151,7 +182,7 @@ def _parse_one(
     kind = entry["kind"]
     if kind not in FIGURE_KINDS:
         raise StudyError(f"{where}: unknown kind {kind!r}; valid kinds: {', '.join(FIGURE_KINDS)}")
-    required, optional = _KIND_KEYS[kind]
+    required, optional = FIGURE_KINDS[kind].required, FIGURE_KINDS[kind].optional
     takes = (*_COMMON, *required, *optional)
     for key in entry:
         if key not in takes:
@@ -173,7 +204,7 @@ def _parse_one(
         raise StudyError(f"{where}.y must be a metric name or a list of them, got {y!r}")
     if len(set(ys)) != len(ys):
         raise StudyError(f"{where}.y names a metric twice: {y!r}")
-    if kind in _ONE_Y and len(ys) != 1:
+    if FIGURE_KINDS[kind].one_y and len(ys) != 1:
         raise StudyError(f"{where}: a {kind} figure takes exactly one metric in y, got {y!r}")
     coords = ("x", "hue", "rows") if kind != "scatter" else ("hue",)
     for key in coords:

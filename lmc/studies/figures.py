@@ -7,7 +7,7 @@ only when a figure is drawn.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +16,7 @@ import numpy as np
 
 from lmc.io import atomic_path
 from lmc.studies.figure_spec import (
+    FIGURE_KINDS,
     FIT_CURVES,
     FIT_LABELS,
     FITS,
@@ -353,14 +354,14 @@ def _heatmap(ax: Axes, spec: FigureSpec, tidy: pd.DataFrame, series: pd.DataFram
     return summary, int(finite.sum()), None
 
 
-#: figure kind -> its matplotlib drawing (one per kind of figure_spec.FIGURE_KINDS)
-DRAWERS: dict[str, Callable[..., Any]] = {
-    "line": _line,
-    "bar": _bar,
-    "scatter": _scatter,
-    "curve": _curve,
-    "heatmap": _heatmap,
-}
+for _kind, _draw in (
+    ("line", _line),
+    ("bar", _bar),
+    ("scatter", _scatter),
+    ("curve", _curve),
+    ("heatmap", _heatmap),
+):
+    FIGURE_KINDS[_kind].render("matplotlib", _draw)
 
 
 # no date in the files, so a figure redrawn from the same results is the same file
@@ -403,7 +404,7 @@ def render_figure(
     if spec.kind != "heatmap":  # before drawing, so the drawers' ticks stay
         ax.set_xscale(spec.xscale)
         ax.set_yscale(spec.yscale)
-    data, n_points, fit = DRAWERS[spec.kind](ax, spec, tidy, series)
+    data, n_points, fit = FIGURE_KINDS[spec.kind].renderer("matplotlib")(ax, spec, tidy, series)
     if n_points == 0:
         _note(ax, NO_DATA if stage_has_rows(spec, tidy, series) else NO_JOB.format(spec.stage))
     if spec.references:

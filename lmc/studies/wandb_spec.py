@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from lmc.io import atomic_write
+from lmc.studies.figure_spec import FIGURE_KINDS
 from lmc.studies.schema import (
     EVALUATE_KINDS,
     PARENT_PREFIX,
@@ -210,15 +211,16 @@ def _curve_panel(entry: dict[str, Any], fig: Any, ys: list[str], keys: _Keys) ->
     ]
 
 
-#: figure kind -> its W&B panel: fills the spec entry's panel and axes, returns the notes on
-#: what the panel cannot show (one per kind of :data:`lmc.studies.figure_spec.FIGURE_KINDS`)
-PANELS: dict[str, Callable[[dict[str, Any], Any, list[str], _Keys], list[str]]] = {
-    "line": _line_panel,
-    "bar": _bar_panel,
-    "scatter": _scatter_panel,
-    "curve": _curve_panel,
-    "heatmap": _heatmap_panel,
-}
+# every figure kind's W&B panel: fills the spec entry's panel and axes, returns the notes on
+# what the panel cannot show
+for _kind, _to_panel in (
+    ("line", _line_panel),
+    ("bar", _bar_panel),
+    ("scatter", _scatter_panel),
+    ("curve", _curve_panel),
+    ("heatmap", _heatmap_panel),
+):
+    FIGURE_KINDS[_kind].render("wandb", _to_panel)
 
 
 def _panel(
@@ -254,10 +256,11 @@ def _panel(
         "rows": None,
         "media": [],
     }
-    to_panel = PANELS.get(kind)
-    if to_panel is None:
-        raise StudyError(f"figure {name!r}: unknown kind {kind!r}; kinds: {', '.join(PANELS)}")
-    notes += to_panel(entry, fig, ys, _Keys(skind, logged_as))
+    if kind not in FIGURE_KINDS:
+        raise StudyError(
+            f"figure {name!r}: unknown kind {kind!r}; kinds: {', '.join(FIGURE_KINDS)}"
+        )
+    notes += FIGURE_KINDS[kind].renderer("wandb")(entry, fig, ys, _Keys(skind, logged_as))
     if fig.hue and kind in ("line", "bar", "scatter"):
         entry["hue"] = _coordinate(fig.hue, skind)
         notes.append(
