@@ -130,15 +130,7 @@ def wm_to_reference(
     return perms
 
 
-def naive_perms(
-    states: Sequence[StateDict],
-    spec: PermutationSpec,
-    *,
-    keys: Sequence[str] | None = None,
-    reference: int = 0,
-    method: Method = "accelerated",
-    seed: int = 0,
-) -> list[Permutation]:
+def naive_perms(states: Sequence[StateDict], spec: PermutationSpec) -> list[Permutation]:
     """Identity permutations: the plain average of the models (no alignment)."""
     sizes = spec.sizes(states[0])
     device = next(iter(states[0].values())).device  # the models' device
@@ -150,7 +142,6 @@ def merge_many_perms(
     spec: PermutationSpec,
     *,
     keys: Sequence[str] | None = None,
-    reference: int = 0,
     method: Method = "accelerated",
     seed: int = 0,
     max_rounds: int = 100,
@@ -158,7 +149,7 @@ def merge_many_perms(
     """MergeMany's permutations (Ainsworth et al. 2023, App. A.10), one per model.
 
     A thin wrapper of :func:`lmc.permutation.merge_many` matching only ``keys`` (default every
-    floating-point entry); ``reference`` is unused (MergeMany treats all models alike).
+    floating-point entry); MergeMany treats all models alike (no reference).
     """
     keys = list(keys) if keys is not None else None
     sub = spec.restrict(keys) if keys is not None else spec

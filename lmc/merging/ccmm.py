@@ -51,7 +51,6 @@ from lmc.permutation import (
     invert_permutation,
     spec_for,
 )
-from lmc.permutation.weight_matching import Method
 
 StateDict = Mapping[str, Tensor]
 Matrices = dict[str, Tensor]
@@ -379,13 +378,11 @@ def ccmm_perms(
     *,
     keys: Sequence[str] | None = None,
     reference: int = 0,
-    method: Method = "accelerated",
-    seed: int = 0,
     max_iter: int = 100,
 ) -> list[Permutation]:
     """CCMM's permutations (model -> universe = the reference's units), one per model: the
-    ``ccmm`` method of :data:`~lmc.merging.MERGE_METHODS`. ``method`` and ``seed`` are unused
-    (Frank-Wolfe is deterministic and solves its own assignment problems)."""
+    ``ccmm`` method of :data:`~lmc.merging.MERGE_METHODS` (Frank-Wolfe is deterministic and
+    solves its own assignment problems: no seed or weight-matching variant)."""
     return ccmm(states, spec, keys=keys, reference=reference, max_iter=max_iter).perms
 
 

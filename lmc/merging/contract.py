@@ -152,22 +152,24 @@ def by_permutation(
 ) -> MergeMethod:
     """A merge method from a function that finds one permutation per model.
 
-    ``perms_fn(states, spec, *, keys, reference, method, seed, **options) -> perms`` (the matching
-    settings come from :class:`MergeInputs`); the merge is the average of the permuted models.
-    ``nested``: the first n models' permutations are the first n of all models' (each model
-    matched on its own), so one call serves every n of a sweep.
+    ``perms_fn(states, spec, *, <matching settings it uses>, **options) -> perms``: of
+    ``keys``, ``reference``, ``method`` (the weight-matching variant) and ``seed`` it is given
+    those it declares, from :class:`MergeInputs`; the merge is the average of the permuted
+    models. ``nested``: the first n models' permutations are the first n of all models' (each
+    model matched on its own), so one call serves every n of a sweep.
     """
+    params = inspect.signature(perms_fn).parameters
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in params.values())
 
     def method(inputs: MergeInputs, **options: Any) -> Merged:
-        perms = perms_fn(
-            inputs.states,
-            inputs.spec,
-            keys=inputs.keys,
-            reference=inputs.reference,
-            method=inputs.wm_method,
-            seed=inputs.seed,
-            **options,
-        )
+        settings = {
+            "keys": inputs.keys,
+            "reference": inputs.reference,
+            "method": inputs.wm_method,
+            "seed": inputs.seed,
+        }
+        given = {k: v for k, v in settings.items() if takes_all or k in params}
+        perms = perms_fn(inputs.states, inputs.spec, **given, **options)
         return Merged.from_perms(inputs.states, inputs.spec, perms)
 
     method.__name__ = method.__qualname__ = perms_fn.__name__
