@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -114,12 +114,9 @@ class TeacherStudentDataModule(SyntheticRegressionDataModule):
         n_test: test samples.
         noise_std: standard deviation of Gaussian noise added to every split's targets.
         random_orthonormal: draw random orthonormal teacher neurons instead of e_1..e_k.
-        alignment_size: training samples in the alignment subset (``None``: all of them).
-        batch_size: training batch size.
-        eval_batch_size: batch size for evaluation and alignment loaders (``None``: batch_size).
-        on_device: hold the splits on the training device and draw batches there (``None``:
-            where they fit; see :class:`lmc.data.base.BaseDataModule`).
-        seed: seed of the data and the teacher, independent of the training seed.
+        kwargs: ``alignment_size``, ``batch_size``, ``eval_batch_size``, ``on_device`` and
+            ``seed`` (of the data and any teacher, independent of the training seed), as in
+            :class:`SyntheticRegressionDataModule`.
     """
 
     def __init__(
@@ -131,22 +128,9 @@ class TeacherStudentDataModule(SyntheticRegressionDataModule):
         n_test: int = 2000,
         noise_std: float = 0.0,
         random_orthonormal: bool = False,
-        alignment_size: int | None = None,
-        batch_size: int = 128,
-        eval_batch_size: int | None = None,
-        on_device: bool | None = None,
-        seed: int = 0,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            n_train,
-            n_val,
-            n_test,
-            alignment_size,
-            batch_size,
-            eval_batch_size,
-            on_device,
-            seed,
-        )
+        super().__init__(n_train, n_val, n_test, **kwargs)
         if not 1 <= teacher_width <= input_dim:
             raise ValueError(
                 f"orthonormal teacher neurons need 1 <= teacher_width <= input_dim, got "
@@ -159,7 +143,7 @@ class TeacherStudentDataModule(SyntheticRegressionDataModule):
         self.noise_std = noise_std
         self.random_orthonormal = random_orthonormal
         if random_orthonormal:
-            g = seeded_generator(seed, _TEACHER)
+            g = seeded_generator(self.seed, _TEACHER)
             q, r = torch.linalg.qr(torch.randn(input_dim, teacher_width, generator=g))
             q = q * torch.where(torch.diagonal(r) < 0, -1.0, 1.0)  # unique, Haar-distributed Q
             weight = q.T.contiguous()
@@ -191,12 +175,9 @@ class PolynomialDataModule(SyntheticRegressionDataModule):
         n_val: validation samples.
         n_test: test samples.
         noise_std: standard deviation of the target noise (0.05 in 000 A.1.1).
-        alignment_size: training samples in the alignment subset (``None``: all of them).
-        batch_size: training batch size.
-        eval_batch_size: batch size for evaluation and alignment loaders (``None``: batch_size).
-        on_device: hold the splits on the training device and draw batches there (``None``:
-            where they fit; see :class:`lmc.data.base.BaseDataModule`).
-        seed: seed of the data, independent of the training seed.
+        kwargs: ``alignment_size``, ``batch_size``, ``eval_batch_size``, ``on_device`` and
+            ``seed`` (of the data and any teacher, independent of the training seed), as in
+            :class:`SyntheticRegressionDataModule`.
     """
 
     input_dim: ClassVar[int] = 1
@@ -209,22 +190,9 @@ class PolynomialDataModule(SyntheticRegressionDataModule):
         n_val: int = 200,
         n_test: int = 1000,
         noise_std: float = 0.05,
-        alignment_size: int | None = None,
-        batch_size: int = 128,
-        eval_batch_size: int | None = None,
-        on_device: bool | None = None,
-        seed: int = 0,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            n_train,
-            n_val,
-            n_test,
-            alignment_size,
-            batch_size,
-            eval_batch_size,
-            on_device,
-            seed,
-        )
+        super().__init__(n_train, n_val, n_test, **kwargs)
         if degree not in self.RANGES:
             raise ValueError(f"degree must be 1 or 3 (000 A.1.1), got {degree}")
         if noise_std < 0:
