@@ -7,8 +7,9 @@ signature. Adding a method is one new function plus ``@REGISTRY.register("name")
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 F = TypeVar("F", bound=Callable)
 
@@ -66,3 +67,12 @@ class Registry(Generic[F]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
+
+
+def declared(fn: Callable[..., Any], **offered: Any) -> dict[str, Any]:
+    """The ``offered`` keywords that ``fn`` declares (all of them when it takes ``**kwargs``):
+    a registry's caller offers every setting, each entry names only those it uses."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return offered
+    return {k: v for k, v in offered.items() if k in params}

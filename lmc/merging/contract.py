@@ -35,7 +35,7 @@ from lmc.evaluation import LossName
 from lmc.interpolation.states import weighted_average
 from lmc.permutation import Permutation, PermutationSpec, apply_permutation
 from lmc.permutation.weight_matching import Method
-from lmc.registry import Registry
+from lmc.registry import Registry, declared
 
 StateDict = Mapping[str, Tensor]
 
@@ -158,18 +158,16 @@ def by_permutation(
     models. ``nested``: the first n models' permutations are the first n of all models' (each
     model matched on its own), so one call serves every n of a sweep.
     """
-    params = inspect.signature(perms_fn).parameters
-    takes_all = any(p.kind is p.VAR_KEYWORD for p in params.values())
 
     def method(inputs: MergeInputs, **options: Any) -> Merged:
-        settings = {
-            "keys": inputs.keys,
-            "reference": inputs.reference,
-            "method": inputs.wm_method,
-            "seed": inputs.seed,
-        }
-        given = {k: v for k, v in settings.items() if takes_all or k in params}
-        perms = perms_fn(inputs.states, inputs.spec, **given, **options)
+        settings = declared(
+            perms_fn,
+            keys=inputs.keys,
+            reference=inputs.reference,
+            method=inputs.wm_method,
+            seed=inputs.seed,
+        )
+        perms = perms_fn(inputs.states, inputs.spec, **settings, **options)
         return Merged.from_perms(inputs.states, inputs.spec, perms)
 
     method.__name__ = method.__qualname__ = perms_fn.__name__

@@ -1,6 +1,6 @@
 """The matcher registry: how models are aligned before they are interpolated or merged.
 
-Every matcher has one signature::
+Every matcher has one signature, of which it declares the keywords it uses::
 
     matcher(net, states, spec, *, batches=None, seed=0) -> Matching
 
@@ -28,7 +28,7 @@ from lmc.permutation.apply import apply_permutation
 from lmc.permutation.merge_many import merge_many
 from lmc.permutation.spec import Permutation, PermutationSpec, identity_permutation
 from lmc.permutation.weight_matching import weight_matching
-from lmc.registry import Registry
+from lmc.registry import Registry, declared
 
 StateDict = Mapping[str, Tensor]
 
@@ -62,18 +62,12 @@ def match(
     """Run the matcher registered as ``name`` (its errors list the registered names)."""
     if len(states) < 2:
         raise ValueError(f"matching needs at least 2 models, got {len(states)}")
-    return MATCHERS.get(name)(net, states, spec, batches=batches, seed=seed)
+    fn = MATCHERS.get(name)
+    return fn(net, states, spec, **declared(fn, batches=batches, seed=seed))
 
 
 @MATCHERS.register("none")
-def no_matching(
-    net: nn.Module,
-    states: Sequence[StateDict],
-    spec: PermutationSpec,
-    *,
-    batches: Sequence[Any] | None = None,
-    seed: int = 0,
-) -> Matching:
+def no_matching(net: nn.Module, states: Sequence[StateDict], spec: PermutationSpec) -> Matching:
     """Identity permutations: the naive comparison."""
     sizes = spec.sizes(states[0])
     device = next(iter(states[0].values())).device  # the models' device
@@ -82,12 +76,7 @@ def no_matching(
 
 @MATCHERS.register("weight")
 def weight_matcher(
-    net: nn.Module,
-    states: Sequence[StateDict],
-    spec: PermutationSpec,
-    *,
-    batches: Sequence[Any] | None = None,
-    seed: int = 0,
+    net: nn.Module, states: Sequence[StateDict], spec: PermutationSpec, *, seed: int = 0
 ) -> Matching:
     """Accelerated weight matching of model 1 to model 0 (004 Alg. 3); for N > 2 MergeMany
     (Ainsworth et al. 2023, App. A.10), every model matched to the mean of the others."""
@@ -137,7 +126,6 @@ def _data_matcher(similarity: str, name: str, doc: str) -> Callable[..., Matchin
         spec: PermutationSpec,
         *,
         batches: Sequence[Any] | None = None,
-        seed: int = 0,
     ) -> Matching:
         return _activation(net, states, spec, batches, similarity, name)
 
