@@ -190,6 +190,7 @@ def evaluate_merge(
     *,
     merged: StateDict | None = None,
     heads: int = 0,
+    ensemble: Mapping[str, float] | None = None,
     method: str = "merge",
     loss: LossName = "cross_entropy",
     align_batches: Batches | None = None,
@@ -208,6 +209,8 @@ def evaluate_merge(
         merged: the merged state (default the average of ``aligned``); its widths may differ
             from ``net``'s.
         heads: ``merged`` is the state of a :class:`~lmc.models.MultiHead` of this many members.
+        ensemble: the originals' output-ensemble scores (default computed here; a sweep
+            computes them once per n for all its methods).
         splits: split name -> cached ``(x, y)`` batches (``train`` = the alignment subset).
         originals: :func:`evaluate_originals` of the same n models (use ``.prefix(n)``).
         method: label stored in the result.
@@ -236,7 +239,7 @@ def evaluate_merge(
         base = originals.mean(key)
         metrics[f"{split}/originals_{stat}"] = base
         metrics[f"{split}/{stat}_gap"] = value - base
-    metrics.update(originals.ensemble(splits, loss))
+    metrics.update(originals.ensemble(splits, loss) if ensemble is None else ensemble)
     if sharpness_probes > 0 and sharpness_batches:
         metrics["sharpness"] = _sharpness(model, sharpness_batches, loss, sharpness_probes, seed)
         if originals.sharpness:
@@ -326,6 +329,8 @@ def evaluate_sweep(
         seed=seed,
         tasks=tasks,
     )
+    prefixes = {n: originals.prefix(n) for n in set(sizes)}
+    ensembles = {n: stats.ensemble(splits, loss) for n, stats in prefixes.items()}
     evaluations = []
     for method, by_n in merges.items():
         for n in sorted(by_n):
@@ -338,9 +343,10 @@ def evaluate_sweep(
                     net,
                     aligned,
                     splits,
-                    originals.prefix(n),
+                    prefixes[n],
                     merged=None if aligned is not None else result.state,
                     heads=result.heads,
+                    ensemble=ensembles[n],
                     method=method,
                     loss=loss,
                     align_batches=align_batches,

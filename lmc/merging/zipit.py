@@ -31,7 +31,7 @@ trunk with per-model heads) is not built yet.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,10 +52,14 @@ def union_correlations(
     states: Sequence[StateDict],
     spec: PermutationSpec,
     batches: Iterable[Any],
+    groups: Collection[str] | None = None,
 ) -> dict[str, Tensor]:
     """Group -> the ``(n·k, n·k)`` correlation of the n models' pooled features (model 0's k
-    features first), summed over the group's activation points, on the CPU in float64."""
+    features first), summed over the group's activation points, on the CPU in float64; only
+    for ``groups`` when given (the others' points are not hooked)."""
     sizes = spec.sizes(states[0])
+    if groups is not None:
+        sizes = {g: k for g, k in sizes.items() if g in groups}
     missing = [g for g in sizes if not spec.activations.get(g)]
     if missing:
         raise SpecError(
@@ -80,8 +84,8 @@ def union_correlations(
                 handles.append(model.get_submodule(p).register_forward_hook(hook(i, p)))
         with torch.inference_mode():
             for batch in batches:
+                x = batch_inputs(batch)
                 for model in models:
-                    x = batch_inputs(batch)
                     model(x.to(next(model.parameters()).device))
                 for p in points:
                     pooled = torch.cat([c.pop(p) for c in captured], dim=1)
@@ -317,9 +321,7 @@ def zip_merge(
     check_zippable(net, inputs.spec)
     trunk = trunk_groups(inputs.spec, zip_until) if zip_until is not None else None
     batches = inputs.need("align_batches", "zip")
-    corr = union_correlations(net, inputs.states, inputs.spec, batches)
-    if trunk is not None:
-        corr = {g: c for g, c in corr.items() if g in trunk}
+    corr = union_correlations(net, inputs.states, inputs.spec, batches, trunk)
     n = len(inputs.states)
     maps, diagnostics = {}, {}
     for g, c in corr.items():
@@ -328,9 +330,8 @@ def zip_merge(
         same = [len({i // k for i in cl}) < len(cl) for cl in clusters]
         diagnostics[f"same_model/{g}"] = float(np.mean(same))
         maps[g] = merge_matrices(clusters, c.shape[0])
-    full = trunk is None or set(trunk) >= set(inputs.spec.sizes(inputs.states[0]))
-    state = zip_states(inputs.states, inputs.spec, maps)
-    return Merged(state, None, diagnostics, heads=0 if full else n)
+    full = set(maps) >= set(inputs.spec.sizes(inputs.states[0]))  # as zip_states decides
+    return Merged(zip_states(inputs.states, inputs.spec, maps), None, diagnostics, 0 if full else n)
 
 
 @MERGE_METHODS.register("permute")

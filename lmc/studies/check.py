@@ -51,11 +51,9 @@ def check_names(resolved: Mapping[str, Any], where: str) -> None:
         "methods": lambda v, f: [MERGE_METHODS.check(m, f) for m in v],
         "baselines": lambda v, f: [MERGE_METHODS.check(m, f) for m in v],
         "barrier": check_definition,
-        "method_options": lambda v, f: check_options(
-            v,
-            init.get("methods") or list(v),
-            f,  # the task's default methods take none
-        ),
+        # without `methods` only the options themselves are checked here (the task checks
+        # them against its default methods when it is built)
+        "method_options": lambda v, f: check_options(v, init.get("methods") or list(v), f),
     }
     for key, check in checks.items():
         value = init.get(key)

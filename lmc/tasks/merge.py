@@ -87,7 +87,6 @@ class MergeReporter:
 
     def __init__(self, options: MergeEvaluationOptions, seed: int) -> None:
         self.options, self.seed = options, seed
-        self.splits, self.max_batches = options.splits, options.max_batches
         self._batches: tuple[Any, tuple[dict[str, list], list]] | None = None
 
     def batches(self, module: L.LightningModule) -> tuple[dict[str, list], list]:
@@ -95,7 +94,8 @@ class MergeReporter:
         once per device)."""
         if self._batches is None or self._batches[0] != module.device:
             dm = module.trainer.datamodule
-            batches = eval_and_align_batches(dm, self.splits, self.max_batches, module.device)
+            opts = self.options
+            batches = eval_and_align_batches(dm, opts.splits, opts.max_batches, module.device)
             self._batches = (module.device, batches)
         return self._batches[1]
 
@@ -160,7 +160,8 @@ class MergeReporter:
                 else:
                     details.setdefault(ev.method, {}).setdefault(f"n{ev.n}", {})[key] = value
         extra = {**(extra or {}), **({"diagnostics": details} if details else {})}
-        out = log_merge(trainer, sweep, extra, split=self.splits[-1])
+        split = self.options.splits[-1]
+        out = log_merge(trainer, sweep, extra, split=split)
         if trainer.is_global_zero:
             # on the CPU, so that the file loads on any machine without a map_location
             table = {
@@ -172,7 +173,6 @@ class MergeReporter:
                 for m, by_n in merges.items()
             }
             atomic_write(out / "permutations.pt", lambda f: torch.save(table, f))
-        split = self.splits[-1]
         lines = [
             f"{ev.method:>10} n={ev.n:<3} {split} acc {ev.metrics[f'{split}/acc']:.4f} "
             f"(originals {ev.metrics[f'{split}/originals_acc']:.4f}), loss gap "
