@@ -12,7 +12,8 @@ says so, and the others still run. The parts:
   Python line in the log). A sync stops the CPU from queueing the next step's kernels.
 * ``train_mlp``: ``benchmarks/training.py --only mlp``: ``lmc fit`` against the plain
   DataLoader loop (``train_throughput_mlp``) and the plain device-resident loop
-  (``train_throughput_mlp_vs_device_loop``).
+  (``train_throughput_mlp_vs_device_loop``), and ``lmc fit`` with the captured step
+  (``configs/speed/capture.yaml``: ``train_throughput_mlp_captured`` against the same loops).
 * ``train_resnet20``: the same for ResNet-20 x1 on a fake CIFAR-10 of 20k images.
 * ``population``: 64 MNIST MLPs as one ``--population`` run against 64 sequential runs
   (``population_speedup_64``).
@@ -56,13 +57,18 @@ PARTS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     ),
     "train_mlp": (
         [PY, "benchmarks/training.py", "--accelerator", "gpu", "--only", "mlp"]
-        + ["--epochs", "3", "--repeats", "1"],
-        45,
+        + ["--epochs", "3", "--repeats", "2"],
+        90,
         {
             "train_throughput_mlp": "train_throughput_mlp",
             "train_throughput_mlp_vs_device_loop": "train_throughput_mlp_vs_device_loop",
             "train_throughput_mlp_dataloader": "train_throughput_mlp_dataloader",
             "lmc_epoch_s_mlp": "lmc_epoch_s_mlp",
+            "train_throughput_mlp_captured": "train_throughput_mlp_captured",
+            "train_throughput_mlp_captured_vs_device_loop": (
+                "train_throughput_mlp_captured_vs_device_loop"
+            ),
+            "lmc_captured_epoch_s_mlp": "lmc_captured_epoch_s_mlp",
             "plain_device_epoch_s_mlp": "plain_device_epoch_s_mlp",
         },
     ),

@@ -12,6 +12,8 @@ and the three rotate so that machine load hits them alike.
 
 * ``mlp``: ``configs/mnist/mlp.yaml`` (784-512x3-10, Adam, batch 512) on MNIST from
   ``$LMC_DATA_DIR``; ``--fake-mnist`` uses a fake MNIST of the same size instead (timing only).
+  On a GPU also ``lmc fit`` with the captured step (``configs/speed/capture.yaml``:
+  ``train_throughput_mlp_captured``, ``..._captured_vs_device_loop``).
 * ``resnet20``: ResNet-20 x1 (BatchNorm) with ``configs/cifar10/resnet20x16.yaml``'s recipe
   (SGD, batch 500 -> ``--cifar-batch``) on a fake CIFAR-10 of ``--cifar-n`` images.
 
@@ -101,6 +103,11 @@ def lmc_dataloader_epochs(args: list[str], epochs: int, root: Path) -> tuple[lis
     return lmc_epochs([*args, OFF_DEVICE], epochs, root)
 
 
+def lmc_captured_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float], int]:
+    """:func:`lmc_epochs` with the captured training step (``configs/speed/capture.yaml``)."""
+    return lmc_epochs([*args, "--model.init_args.capture_step=true"], epochs, root)
+
+
 def plain_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float], int]:
     """Epoch times of the plain loop over the same data module's ``DataLoader`` (the baseline
     of item 2 too: ``on_device=false``), net and optimizer."""
@@ -164,6 +171,7 @@ def plain_device_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[
 RUNNERS = {
     "lmc": lmc_epochs,
     "lmc_dataloader": lmc_dataloader_epochs,
+    "lmc_captured": lmc_captured_epochs,
     "plain": plain_epochs,
     "plain_device": plain_device_epochs,
 }
@@ -195,6 +203,12 @@ def compare(
             out[f"train_throughput_{name}_dataloader"] = med["plain"] / med["lmc_dataloader"]
     if "plain_device" in med:
         out[f"train_throughput_{name}_vs_device_loop"] = med["plain_device"] / med["lmc"]
+        if "lmc_captured" in med:
+            out[f"train_throughput_{name}_captured_vs_device_loop"] = (
+                med["plain_device"] / med["lmc_captured"]
+            )
+    if "plain" in med and "lmc_captured" in med:
+        out[f"train_throughput_{name}_captured"] = med["plain"] / med["lmc_captured"]
     return out
 
 
@@ -246,6 +260,8 @@ def main() -> None:
             line.update(step_overhead(mnist, ns.epochs, ns.repeats))
         if ns.only in (None, "mlp"):
             runners = ("lmc", "lmc_dataloader", "plain", "plain_device")
+            if ns.accelerator == "gpu":  # the captured step: CUDA graphs
+                runners += ("lmc_captured",)
             line.update(compare("mlp", mnist, ns.epochs, ns.repeats, runners))
         if ns.only in (None, "resnet20"):
             write_fake_cifar10(fake, n_train=ns.cifar_n, n_test=100)

@@ -149,9 +149,12 @@ def check_task(task: Any) -> None:
             f"RegressionTask: loss of net(x) with the config's optimizer); {name} {why}: train "
             "it as separate runs"
         )
-    recipes = [
-        k for k, on in (("channels_last", task.channels_last), ("compile", task.compile_net)) if on
-    ]
+    flags = {
+        "channels_last": task.channels_last,
+        "compile": task.compile_net,
+        "capture_step": task.capture_step,
+    }
+    recipes = [k for k, on in flags.items() if on]
     if recipes:
         raise ValueError(
             f"--population runs its own vectorised program, to which the speed recipes "

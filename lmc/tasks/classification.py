@@ -12,6 +12,7 @@ from torchmetrics import MeanSquaredError, Metric, MetricCollection
 
 from lmc.optim import default_optimizer
 from lmc.tasks.base import LMCTask, save_task_hparams
+from lmc.tasks.capture import CapturedStep, capture_problems
 
 STAGES = ("train", "val", "test")
 
@@ -91,6 +92,9 @@ class TrainTask(LMCTask, ABC):
             memory format (faster convolutions on GPUs with tensor cores; same values).
         compile: ``torch.compile`` the network's forward in place (state-dict keys unchanged),
             once, before the optimizer is built.
+        capture_step: record the training step (forward, loss, backward, optimizer step) as a
+            CUDA graph and replay it for every batch of that shape (:mod:`lmc.tasks.capture`:
+            what it needs of a run is checked before training).
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class TrainTask(LMCTask, ABC):
         scheduler_interval: Literal["epoch", "step"] = "epoch",
         channels_last: bool = False,
         compile: bool = False,
+        capture_step: bool = False,
     ) -> None:
         super().__init__()
         save_task_hparams(self, ignore=["net", "optimizer", "lr_scheduler"])
@@ -111,6 +116,8 @@ class TrainTask(LMCTask, ABC):
         self.channels_last = channels_last
         self.compile_net = compile
         self._compiled = False
+        self.capture_step = capture_step
+        self._captured_step: CapturedStep | None = None
         metrics = self.build_metrics()
         # ModuleDict keys cannot be "train" (it is a Module method), hence the suffix.
         self.metrics = nn.ModuleDict({f"{s}_": metrics.clone(prefix=f"{s}/") for s in STAGES})
@@ -144,17 +151,25 @@ class TrainTask(LMCTask, ABC):
             self.net.compile()
             self._compiled = True
 
-    def _shared_step(self, batch: Any, stage: str) -> Tensor:
+    def _layout(self, batch: Any) -> tuple[Tensor, Tensor]:
         x, y = batch
         if self.channels_last and x.ndim == 4:  # image batches as the weights: NHWC
             x = x.contiguous(memory_format=torch.channels_last)
+        return x, y
+
+    def _shared_step(self, batch: Any, stage: str) -> Tensor:
+        x, y = self._layout(batch)
         out = self(x)
         loss = self.loss(out, y)
-        self.losses[f"{stage}_"].update(loss.detach(), x.shape[0])
+        self._record(stage, out, loss, y)
+        return loss
+
+    def _record(self, stage: str, out: Tensor, loss: Tensor, y: Tensor) -> None:
+        """Update the stage's epoch loss and metrics with a batch (and log the step's loss)."""
+        self.losses[f"{stage}_"].update(loss.detach(), y.shape[0])
         self.metrics[f"{stage}_"].update(out.detach(), y)
         if stage == "train" and self._logging_step():
             self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False)
-        return loss
 
     def _logging_step(self) -> bool:
         """Whether the trainer writes step metrics after this step (``log_every_n_steps``);
@@ -207,10 +222,16 @@ class TrainTask(LMCTask, ABC):
         if self.automatic_optimization:
             return self._shared_step(batch, "train")
         optimizer = self.optimizers()
-        optimizer.zero_grad()  # set_to_none, as Lightning's optimizer_zero_grad
-        loss = self._shared_step(batch, "train")
-        self.manual_backward(loss)
-        optimizer.step()
+        batch = self._layout(batch)
+        replayed = self._captured_step(optimizer, batch) if self._captured_step else None
+        if replayed is not None:
+            loss = replayed[1]
+            self._record("train", replayed[0], loss, batch[1])
+        else:
+            optimizer.zero_grad()  # set_to_none, as Lightning's optimizer_zero_grad
+            loss = self._shared_step(batch, "train")
+            self.manual_backward(loss)
+            optimizer.step()
         if self.lr_scheduler is not None:
             # where Lightning's loop steps it: after every step, or after the epoch's last one
             trainer = self.trainer
@@ -218,6 +239,13 @@ class TrainTask(LMCTask, ABC):
             if self.scheduler_interval == "step" or last:
                 self.lr_schedulers().step()
         return loss.detach()
+
+    def on_fit_start(self) -> None:
+        if self.capture_step:
+            problems = capture_problems(self, self.trainer)
+            if problems:
+                raise ValueError("capture_step: " + "; ".join(problems))
+            self._captured_step = CapturedStep(self)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Carry the optimizer-step count across the two loops: a checkpoint counts its steps in
@@ -271,7 +299,7 @@ class ClassificationTask(TrainTask):
     Args:
         num_classes: number of classes for the accuracy metric.
         label_smoothing: cross-entropy label smoothing (0 in every paper recipe).
-        channels_last, compile: the speed recipes, see :class:`TrainTask`.
+        channels_last, compile, capture_step: the speed recipes, see :class:`TrainTask`.
     """
 
     def __init__(
@@ -284,10 +312,13 @@ class ClassificationTask(TrainTask):
         label_smoothing: float = 0.0,
         channels_last: bool = False,
         compile: bool = False,
+        capture_step: bool = False,
     ) -> None:
         self.num_classes = num_classes
         self.label_smoothing = label_smoothing
-        super().__init__(net, optimizer, lr_scheduler, scheduler_interval, channels_last, compile)
+        super().__init__(
+            net, optimizer, lr_scheduler, scheduler_interval, channels_last, compile, capture_step
+        )
 
     def build_metrics(self) -> MetricCollection:
         return MetricCollection({"acc": Accuracy(self.num_classes)})
@@ -300,7 +331,7 @@ class RegressionTask(TrainTask):
     """Mean-squared-error regression (teacher-student, polynomial tasks); logs ``loss`` and ``mse``.
 
     The loss is ``0.5 * MSE`` when ``half_mse`` (the convention of 003's objective), else MSE;
-    ``channels_last`` and ``compile`` are the speed recipes of :class:`TrainTask`.
+    ``channels_last``, ``compile`` and ``capture_step`` are the speed recipes of :class:`TrainTask`.
     """
 
     def __init__(
@@ -312,9 +343,12 @@ class RegressionTask(TrainTask):
         half_mse: bool = False,
         channels_last: bool = False,
         compile: bool = False,
+        capture_step: bool = False,
     ) -> None:
         self.half_mse = half_mse
-        super().__init__(net, optimizer, lr_scheduler, scheduler_interval, channels_last, compile)
+        super().__init__(
+            net, optimizer, lr_scheduler, scheduler_interval, channels_last, compile, capture_step
+        )
 
     def build_metrics(self) -> MetricCollection:
         return MetricCollection({"mse": MeanSquaredError()})
