@@ -13,7 +13,8 @@ and the three rotate so that machine load hits them alike.
 * ``mlp``: ``configs/mnist/mlp.yaml`` (784-512x3-10, Adam, batch 512) on MNIST from
   ``$LMC_DATA_DIR``; ``--fake-mnist`` uses a fake MNIST of the same size instead (timing only).
   On a GPU also ``lmc fit`` with the captured step (``configs/speed/capture.yaml``:
-  ``train_throughput_mlp_captured``, ``..._captured_vs_device_loop``).
+  ``train_throughput_mlp_captured``, ``..._captured_vs_device_loop``) and under Lightning's
+  automatic loop instead of the lean step (``lean_step_speedup_mlp``: automatic / lean).
 * ``resnet20``: ResNet-20 x1 (BatchNorm) with ``configs/cifar10/resnet20x16.yaml``'s recipe
   (SGD, batch 500 -> ``--cifar-batch``) on a fake CIFAR-10 of ``--cifar-n`` images.
 
@@ -78,8 +79,11 @@ def _cli(args: list[str]):
     return build_cli(args, run=False)
 
 
-def lmc_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float], int]:
-    """Epoch times of ``lmc fit <args>`` (no validation) and the training set size."""
+def lmc_epochs(
+    args: list[str], epochs: int, root: Path, automatic: bool = False
+) -> tuple[list[float], int]:
+    """Epoch times of ``lmc fit <args>`` (no validation) and the training set size;
+    ``automatic``: the task's step run by Lightning's automatic loop instead of the lean step."""
     timer = EpochTimer()
     cli = _cli(
         [
@@ -93,6 +97,11 @@ def lmc_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float], i
         ]
     )
     cli.trainer.callbacks.append(timer)
+    if automatic:  # a subclass with its own training_step: TrainTask leaves it to Lightning
+        base = type(cli.model)
+        step = lambda self, batch, i: base.training_step(self, batch, i)  # noqa: E731
+        cli.model.__class__ = type(f"Automatic{base.__name__}", (base,), {"training_step": step})
+        assert cli.model.automatic_optimization
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     n = len(cli.datamodule.train_dataloader().dataset)
     return timer.times, n
@@ -101,6 +110,11 @@ def lmc_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float], i
 def lmc_dataloader_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float], int]:
     """:func:`lmc_epochs` with the data module's DataLoader (``on_device=false``)."""
     return lmc_epochs([*args, OFF_DEVICE], epochs, root)
+
+
+def lmc_automatic_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float], int]:
+    """:func:`lmc_epochs` under Lightning's automatic optimization loop (before the lean step)."""
+    return lmc_epochs(args, epochs, root, automatic=True)
 
 
 def lmc_captured_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float], int]:
@@ -172,6 +186,7 @@ RUNNERS = {
     "lmc": lmc_epochs,
     "lmc_dataloader": lmc_dataloader_epochs,
     "lmc_captured": lmc_captured_epochs,
+    "lmc_automatic": lmc_automatic_epochs,
     "plain": plain_epochs,
     "plain_device": plain_device_epochs,
 }
@@ -207,6 +222,8 @@ def compare(
             out[f"train_throughput_{name}_captured_vs_device_loop"] = (
                 med["plain_device"] / med["lmc_captured"]
             )
+    if "lmc_automatic" in med:
+        out[f"lean_step_speedup_{name}"] = med["lmc_automatic"] / med["lmc"]
     if "plain" in med and "lmc_captured" in med:
         out[f"train_throughput_{name}_captured"] = med["plain"] / med["lmc_captured"]
     return out
@@ -260,8 +277,8 @@ def main() -> None:
             line.update(step_overhead(mnist, ns.epochs, ns.repeats))
         if ns.only in (None, "mlp"):
             runners = ("lmc", "lmc_dataloader", "plain", "plain_device")
-            if ns.accelerator == "gpu":  # the captured step: CUDA graphs
-                runners += ("lmc_captured",)
+            if ns.accelerator == "gpu":  # the captured step (CUDA graphs); the automatic loop
+                runners += ("lmc_captured", "lmc_automatic")
             line.update(compare("mlp", mnist, ns.epochs, ns.repeats, runners))
         if ns.only in (None, "resnet20"):
             write_fake_cifar10(fake, n_train=ns.cifar_n, n_test=100)

@@ -117,7 +117,7 @@ def _dispatch(ns: argparse.Namespace, in_process: bool) -> None:
     from lmc.studies.store import damaged_jobs
 
     if ns.command == "plan":
-        study, jobs = load_and_plan(ns.file)
+        study, jobs = load_and_plan(ns.file, log=print)
         print(f"study {study.name}: {len(jobs)} jobs")
         for job in jobs:
             coords = " ".join(f"{k}={v}" for k, v in job.coordinates.items())

@@ -12,15 +12,16 @@ from typing import Any
 
 import yaml
 
+from lmc.studies.auto_population import check_population
 from lmc.studies.schema import (
     ARCHITECTURE_PREFIXES,
+    AUTO,
     BARRIER_ARG,
     CONSECUTIVE,
     EVALUATE_COMMANDS,
     EVALUATE_KINDS,
     NAME_PATTERN,
     PARENT_PREFIX,
-    SEED_KEY,
     SPAWN_EPOCH,
     TRAIN_COMMANDS,
     TRAIN_STAGE,
@@ -124,34 +125,14 @@ def _train(value: Any, base: Path) -> TrainStage:
     value = _mapping(value, "train")
     _check_keys(value, "train", ("config", "grid"), ("zip", "args", "population", "command"))
     grid, groups = _grid(value, "train")
-    population = value.get("population", False)
+    population = value.get("population", AUTO)
     command = value.get("command", "fit")
     if command not in TRAIN_COMMANDS:
         raise StudyError(
             f"train.command {command!r}: valid commands: {', '.join(TRAIN_COMMANDS)} (validate: "
             "jobs that measure on their own, such as a FedMA run)"
         )
-    if not isinstance(population, bool):
-        raise StudyError(f"train.population must be true or false, got {population!r}")
-    if population and command != "fit":
-        raise StudyError("train.population trains models: it needs train.command: fit")
-    if population and len(grid.get(SEED_KEY, [])) < 2:
-        raise StudyError(
-            f"train.population: true trains the seeds of train.grid.{SEED_KEY} as one "
-            f"population, but the grid gives {len(grid.get(SEED_KEY, []))} seed(s): add "
-            f"{SEED_KEY}: [0, 1, ...] to train.grid or remove population"
-        )
-    if population and not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in grid[SEED_KEY]
-    ):
-        raise StudyError(
-            f"train.population: {SEED_KEY} values must be integers, got {grid[SEED_KEY]}"
-        )
-    if population and any(SEED_KEY in g for g in groups):
-        raise StudyError(
-            f"train.population: {SEED_KEY} is zipped with other keys, so the seeds of one "
-            "point are not one population; take it out of train.zip or remove population"
-        )
+    check_population(population, command, grid, groups)
     return TrainStage(
         configs=_configs(value["config"], "train.config", base),
         grid=grid,
@@ -440,7 +421,7 @@ def load_study(path: str | Path) -> Study:
     if not isinstance(spawned, list):
         raise StudyError(f"spawn must be a list of stages, got {spawned!r}")
     spawn = tuple(_spawn(s, i, train, taken) for i, s in enumerate(spawned))
-    if spawn and train.population:
+    if spawn and train.population is True:
         raise StudyError(
             "train.population cannot be combined with spawn stages (a population writes its "
             "members once trained, not at spawn epochs): remove population or the spawn stages"

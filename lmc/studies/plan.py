@@ -124,7 +124,7 @@ def grid_points(
     return points
 
 
-def _coord_args(coords: Mapping[str, Any]) -> list[str]:
+def coord_args(coords: Mapping[str, Any]) -> list[str]:
     return [f"--{k}={cli_value(v)}" for k, v in coords.items()]
 
 
@@ -156,11 +156,11 @@ def _evaluate_jobs(
         values = [m.coordinates[select.vary] for m in members]
         selected = {k: first[k] for k in select.over}
         selected[select.vary] = select.coordinate(values)
-        shared = (*base, *_coord_args({k: first[k] for k in passed}))
+        shared = (*base, *coord_args({k: first[k] for k in passed}))
         inputs = tuple(m.id for m in members)
         for point in points:  # the stage's own grid: each selection at every point
             coords = {**selected, **point}
-            args = (*shared, *_coord_args(point))
+            args = (*shared, *coord_args(point))
             jobs.append(
                 Job(
                     stage.name,
@@ -190,10 +190,11 @@ def plan(study: Study, resolved: Mapping[str, Mapping[str, Any]] | None = None) 
     points = [f"--spawn_points={json.dumps(epochs)}"] if epochs else []
     base = (train.command, *config_args(train.configs, [*train.args, *points]))
     jobs = []
-    if train.population:
+    together = train.population is True  # "auto" is decided before planning (run.py)
+    if together:
         jobs = _population_jobs(study, base)
-    for coords in grid_points(train.grid, train.zip) if not train.population else []:
-        args = (*base, *_coord_args(coords))
+    for coords in grid_points(train.grid, train.zip) if not together else []:
+        args = (*base, *coord_args(coords))
         jobs.append(
             Job(
                 TRAIN_STAGE,
@@ -232,7 +233,7 @@ def _population_jobs(study: Study, base: tuple[str, ...]) -> list[Job]:
         key = repr(rest)
         if key not in leaders:
             seeds = tuple(p[SEED_KEY] for p in points if repr(_without_seed(p)) == key)
-            args = (*base, *_coord_args(rest), f"--population={json.dumps(list(seeds))}")
+            args = (*base, *coord_args(rest), f"--population={json.dumps(list(seeds))}")
             jid = job_id(TRAIN_STAGE, "fit", args, (), train.configs)
             leaders[key] = Job(TRAIN_STAGE, "fit", coords, args, (), jid, members=seeds)
             jobs.append(leaders[key])
@@ -260,7 +261,7 @@ def _spawn_jobs(study: Study, spawn: SpawnStage, parents: list[Job]) -> list[Job
             for point in grid_points(spawn.grid, spawn.zip):
                 coords = {spawn.parent_key(k): v for k, v in parent.coordinates.items()}
                 coords = {**coords, SPAWN_EPOCH: epoch, **point}
-                args = (*base, *_coord_args(kept), *_coord_args(point))
+                args = (*base, *coord_args(kept), *coord_args(point))
                 inputs = (parent.id,)
                 jid = job_id(spawn.name, "fit", args, inputs, train.configs, epoch)
                 jobs.append(Job(spawn.name, "fit", coords, args, inputs, jid, epoch))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmc.studies.auto_population import resolve_population
 from lmc.studies.check import check_job_configs, check_jobs, check_study
 from lmc.studies.execute import Runner, input_stamps, now
 from lmc.studies.executors import Handle, make_executor
@@ -38,17 +39,28 @@ class RunSummary:
     seconds: float = 0.0
 
 
-def load_and_plan(path: str | Path) -> tuple[Study, list[Job]]:
+def load_and_plan(
+    path: str | Path, log: Callable[[str], None] | None = None
+) -> tuple[Study, list[Job]]:
     """Read, check and plan the study file at ``path`` (no job runs)."""
     study = load_study(path)
-    return study, checked_plan(study)
+    return study, checked_plan(study, log=log)
 
 
-def checked_plan(study: Study) -> list[Job]:
+def checked_plan(
+    study: Study,
+    previous: list[dict[str, Any]] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[Job]:
     """The study's jobs, after every check that needs no job to run (:func:`check_study` on
     the configs, :func:`lmc.studies.check.check_jobs` and
-    :func:`lmc.studies.check.check_job_configs` on the planned jobs)."""
+    :func:`lmc.studies.check.check_job_configs` on the planned jobs); ``train.population:
+    auto`` is decided here (``previous``: the plan already in the study's folder), and ``log``
+    gets the line that says how."""
     resolved = check_study(study)
+    study, line = resolve_population(study, resolved["train"], previous)
+    if line and log is not None:
+        log(line)
     jobs = plan(study, resolved)
     check_jobs(jobs, resolved)
     check_job_configs(jobs, resolved)
@@ -151,7 +163,7 @@ def run_study(
         # the workers warm up while the study is checked against its configs
         pool = make_executor(executor, workers, store.root, study.executor.submitit, runner)
         try:
-            jobs = checked_plan(study)
+            jobs = checked_plan(study, store.previous_plan(study), log)
             selected, left = shard(jobs, *shard_of) if shard_of else (jobs, [])
             summary.left_to_merge = [j.id for j in left]
             store.init(study, jobs, force=force)

@@ -10,8 +10,10 @@ Layout (paths relative to the study file)::
       grid: {model.init_args.net.init_args.width: [4, 8], seed_everything: [0, 1]}
       zip: [[key_a, key_b]]                         # optional: varied together, not crossed
       args: [--trainer.max_epochs=5]                # optional: extra CLI args of every job
-      population: true                              # optional: the seed_everything values of
-                                                    # each point as one `lmc fit --population`
+      population: auto                              # optional: the seed_everything values of
+                                                    # each point as one `lmc fit --population`:
+                                                    # true, false, or auto (default: on a GPU
+                                                    # when the model allows it)
       command: fit                                  # optional; validate: jobs that measure
                                                     # (a FedMA run trains its own clients)
     evaluate:
@@ -59,6 +61,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 TRAIN_STAGE = "train"
+#: ``train.population: auto`` (the default): decided before planning
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -224,8 +228,9 @@ class TrainStage:
     grid: dict[str, list[Any]]
     zip: tuple[tuple[str, ...], ...] = ()
     args: tuple[str, ...] = ()
-    #: train the seeds of each point of the other keys as one ``lmc fit --population`` run
-    population: bool = False
+    #: train the seeds of each point of the other keys as one ``lmc fit --population`` run:
+    #: ``True``, ``False`` or :data:`AUTO` (decided before planning: ``lmc.studies.auto_population``)
+    population: bool | str = AUTO
     #: ``fit`` (train: the models the other stages select) or ``validate`` (each job measures
     #: on its own and leaves no model to select, e.g. FedMA, which trains its own clients)
     command: str = "fit"

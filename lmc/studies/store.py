@@ -134,6 +134,17 @@ class StudyStore:
             )
         return json.loads(path.read_text())["jobs"]
 
+    def previous_plan(self, study: Study) -> list[dict[str, Any]] | None:
+        """The jobs of the plan this folder holds for ``study`` (by name), or ``None``."""
+        path = self.root / PLAN_FILE
+        try:
+            saved = json.loads(path.read_text()) if path.is_file() else None
+        except ValueError:
+            return None
+        if not saved or saved.get("study") != study.name:
+            return None
+        return saved.get("jobs")
+
     def record(self, job: Job | dict[str, Any]) -> dict[str, Any] | None:
         """The job's ``job.json``, or ``None`` if it has none (never run, or killed)."""
         path = self.job_dir(job) / JOB_FILE
