@@ -37,8 +37,9 @@ def _values(out):
 
 
 def _on(accelerator: str) -> dict:
-    """The tiny study with every job (training and barrier) on ``accelerator``."""
-    study = tiny_study()
+    """The tiny study with every job (training and barrier) on ``accelerator``, each seed its
+    own run (on a GPU ``population: auto`` would train them as one job, not in the workers)."""
+    study = tiny_study(population=False)
     on = f"--trainer.accelerator={accelerator}"
     study["train"]["args"].append(on)
     for stage in study["evaluate"]:
