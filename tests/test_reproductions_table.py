@@ -1,4 +1,4 @@
-"""The README's Reproductions table is generated from the studies' claim results
+"""The docs' Reproductions table is generated from the studies' claim results
 (docs/reproductions/claims.json): no number in it is typed by hand."""
 
 from __future__ import annotations
@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import math
 
-from benchmarks.reproductions import CLAIMS_JSON, README, readme_table, render
+from benchmarks.reproductions import CLAIMS_JSON, PAGE, page_table, render
 
 
-def test_the_readme_table_is_the_rendering_of_the_claim_results():
+def test_the_docs_table_is_the_rendering_of_the_claim_results():
     data = json.loads(CLAIMS_JSON.read_text())
     assert data["schema"] == "lmc.reproductions" and data["studies"]
-    assert readme_table(README.read_text()) == render(data), (
-        "the README's Reproductions table differs from docs/reproductions/claims.json: "
+    assert page_table(PAGE.read_text()) == render(data), (
+        "docs/reproductions.md's table differs from docs/reproductions/claims.json: "
         "run `python benchmarks/reproductions.py` to regenerate it"
     )
     verdicts = {c["verdict"] for s in data["studies"] for c in s["claims"]}
@@ -42,7 +42,7 @@ def test_a_row_shows_the_estimate_interval_replicates_and_verdict():
     data = {"studies": [{**study, "jobs": 10, "jobs_done": 10, "claims": [claim]}]}
     row = render(data).splitlines()[-1]
     assert row == (
-        "| [000_pruning](configs/studies/000_pruning.yaml) | 000 Table 1 | pruning lowers the "
+        "| 000_pruning (`configs/studies/000_pruning.yaml`) | 000 Table 1 | pruning lowers the "
         "barrier (0.10 -> 0.07) | a − b = -0.0123 [-0.05, 0.025], n = 3 (a = x; b = y) | "
         "**inconclusive** (about 14 replicates would resolve it) |"
     )

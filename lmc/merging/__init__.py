@@ -24,6 +24,7 @@ from lmc.merging.baselines import (
     baseline_sweep,
     check_models,
     merge_many_perms,
+    naive_perms,
     parameter_keys,
     wm_to_reference,
 )
@@ -137,6 +138,7 @@ __all__ = [
     "evaluate_originals",
     "evaluate_sweep",
     "merge_many_perms",
+    "naive_perms",
     "mix_states",
     "pairwise_distances",
     "parameter_keys",

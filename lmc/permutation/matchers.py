@@ -139,6 +139,8 @@ activation_matcher = _data_matcher(
     "activation",
     "Every model aligned to model 0 by the cross-covariance of activations on ``batches``.",
 )
+"""Matcher ``activation``: every model aligned to model 0 by the cross-covariance of
+activations on ``batches``."""
 correlation_matcher = _data_matcher(
     "correlation",
     "correlation",
@@ -146,3 +148,5 @@ correlation_matcher = _data_matcher(
     "the Pearson correlation of post-activations; ``info`` has the mean matched correlation "
     "before and after (``similarity_before``, ``similarity_after``).",
 )
+"""Matcher ``correlation``: Tatro et al.'s neuron alignment (002 Alg. 1, App. D), every model
+aligned to model 0 by the Pearson correlation of post-activations on ``batches``."""
