@@ -106,6 +106,7 @@ class _Deriver(AttentionRules, ShapeRules):
         self.attn: dict[str, tuple[int, ...]] = {}
         self.tables: dict[str, int] = {}
         self.points: list[tuple[str, int, int]] = []  # module name, space, priority
+        self.buffers: dict[fx.Node, str] = {}  # get_attr of a state-dict buffer -> its key
         self.node: fx.Node | None = None
 
     # -- helpers -------------------------------------------------------------------------
@@ -174,7 +175,9 @@ class _Deriver(AttentionRules, ShapeRules):
             return out
         if isinstance(mod, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
             return self._conv(node, target, mod)
-        if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+        if isinstance(
+            mod, (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)
+        ):
             v = self._in(node)
             s = self._on_axis(v, 1, type(mod).__name__)
             for name, t in mod.state_dict(keep_vars=True).items():
@@ -215,7 +218,8 @@ class _Deriver(AttentionRules, ShapeRules):
         raise self.err(
             f"cannot derive how a permutation passes through module {target!r} of type "
             f"{type(mod).__name__}; supported are Linear, Conv (grouped too), BatchNorm, "
-            "LayerNorm, GroupNorm, MultiheadAttention, elementwise activations, dropout, "
+            "InstanceNorm, LayerNorm, GroupNorm (also as functions), MultiheadAttention, "
+            "elementwise activations, dropout, "
             "pooling and flatten; write a PermutationSpec by hand for this model"
         )
 
@@ -270,6 +274,37 @@ class _Deriver(AttentionRules, ShapeRules):
                 else:
                     self._param(target, name, tuple(axes))
 
+    def _functional_norm(self, node: fx.Node, fn: Any) -> Feature:
+        """``F.batch_norm`` / ``F.instance_norm`` / ``F.group_norm`` called by a module (timm's
+        ``BatchNormAct2d``, ``GroupNorm1``): as the module forms, with the parameters and
+        running statistics they read placed on the channels' space."""
+        v = self._in(node)
+        what = fn.__name__
+        s = self._on_axis(v, 1, what)
+        if fn is F.group_norm:
+            tensors = ((2, "weight"), (3, "bias"))
+        else:
+            tensors = ((1, "running_mean"), (2, "running_var"), (3, "weight"), (4, "bias"))
+        keys = []
+        for i, name in tensors:
+            arg = _arg(node, i, name)
+            used = self.val.get(arg) if isinstance(arg, fx.Node) else None
+            key = used.key if isinstance(used, ParamUse) else self.buffers.get(arg)
+            if key is not None:
+                keys.append(key)
+        module = keys[0].rsplit(".", 1)[0] if keys and "." in keys[0] else ""  # the caller
+        if fn is F.group_norm:
+            groups, channels = _arg(node, 1, "num_groups"), (_shape(node) or (0, 0))[1]
+            if isinstance(groups, int) and 1 < groups < channels:  # permute within each group
+                n = channels // groups
+                name = module or f"{what}:{node}"
+                self.sp.union(s, self.sp.cat(self.sp.split(s, [n] * groups), name))
+        for key in keys:
+            self._param("", key, (s,))
+        if module:  # an activation point, as a norm module's
+            self._point(module, v, 1)
+        return v
+
     def _live(self, v: Any) -> bool:
         """Whether ``v`` carries a permuted axis (a tuple: in one of its items)."""
         if isinstance(v, Several):
@@ -318,6 +353,8 @@ class _Deriver(AttentionRules, ShapeRules):
                     params[pname] = p.key
             self._layer_norm(v, len(_shape(node) or ()), len(shp), "", params)
             return v
+        if fn in (F.batch_norm, F.instance_norm, F.group_norm):
+            return self._functional_norm(node, fn)
         if fn is operator.getitem:
             src = self.val.get(node.args[0])
             if isinstance(src, Several) and isinstance(node.args[1], int):
@@ -372,7 +409,8 @@ class _Deriver(AttentionRules, ShapeRules):
                 t = self.gm.get_parameter(node.target) if _is_param(self.gm, node.target) else None
                 key = str(node.target)
                 if t is None:
-                    self.val[node] = None  # a buffer or constant: not permuted
+                    self.val[node] = None  # a buffer or constant: not permuted ...
+                    self.buffers[node] = key  # ... unless a functional norm reads it
                 else:
                     self.val[node] = ParamUse(key, t.ndim)
             elif node.op == "output":
@@ -404,8 +442,10 @@ def _is_param(gm: fx.GraphModule, target: str) -> bool:
 def derive_spec(model: nn.Module, example_input: Tensor | tuple[Tensor, ...]) -> PermutationSpec:
     """Derive the permutation spec of ``model`` from its ``torch.fx`` graph.
 
-    Supports Linear and Conv (grouped and depthwise too), BatchNorm, LayerNorm (channels-first
-    or channels-last), GroupNorm, elementwise activations (modules or functions), dropout,
+    Supports Linear and Conv (grouped and depthwise too), BatchNorm, InstanceNorm, LayerNorm
+    (channels-first or channels-last), GroupNorm (modules, or the functions a module calls:
+    ``F.batch_norm``, ``F.instance_norm``, ``F.group_norm``, ``F.layer_norm``), elementwise
+    activations (modules or functions), dropout,
     stochastic depth, pooling, flatten of feature maps (block permutations),
     ``torch.cat`` of feature maps (block-diagonal), permute/transpose/view that move the feature
     axis, squeeze-and-excitation products, residual ``+``, parameters added or multiplied
