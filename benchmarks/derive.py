@@ -5,16 +5,22 @@ For every model (weights=None, never downloaded): derive the spec from a 4 x 3 x
 the outputs unchanged). Then time deriving ResNet-50's spec (best of 3; the baseline is one
 plain ``torch.fx.symbolic_trace`` + shape propagation, which derive_spec includes).
 
-Last line: ``torchvision_models=N derived_ok=K fraction=K/N resnet50_derive_s=S``.
+Then timm's families (``benchmarks/derive_timm.py``: one model per family; needs ``timm``,
+``--no-timm`` leaves them out).
 
-    python benchmarks/derive.py [--no-check]
+Last line: ``torchvision_models=N derived_ok=K fraction=K/N resnet50_derive_s=S
+timm_families=M timm_derived_ok=J timm_fraction=J/M``.
+
+    python benchmarks/derive.py [--no-check] [--no-timm]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
 import torchvision.models as tvm
@@ -50,6 +56,7 @@ def n_params(name: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-check", action="store_true", help="derive only, skip check_spec")
+    parser.add_argument("--no-timm", action="store_true", help="torchvision only")
     args = parser.parse_args()
     torch.set_num_threads(2)
     ok, total = 0, 0
@@ -87,10 +94,20 @@ def main() -> None:
         f"resnet50: derive_spec {min(times):.2f}s, trace+shape propagation {min(base):.2f}s "
         f"({min(times) / min(base):.2f}x)"
     )
-    print(
+    line = (
         f"torchvision_models={total} derived_ok={ok} fraction={ok / total:.3f} "
         f"resnet50_derive_s={min(times):.2f}"
     )
+    if not args.no_timm:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from benchmarks.derive_timm import main as timm_main
+
+        t = timm_main()
+        line += (
+            f" timm_families={t['timm_families']} timm_derived_ok={t['timm_derived_ok']} "
+            f"timm_fraction={t['timm_fraction']:.3f}"
+        )
+    print(line)
 
 
 if __name__ == "__main__":

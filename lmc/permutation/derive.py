@@ -163,16 +163,8 @@ class _Deriver(AttentionRules, ShapeRules):
         mod = self.gm.get_submodule(target)
         shape_in = _shape(node.args[0]) if node.args else None
         if isinstance(mod, nn.Linear):
-            v = self._in(node)
-            nd = len(shape_in) if shape_in else 2
-            s_in = self._on_axis(v, nd - 1, "Linear")
-            s_in, s_out = self._layer(target, s_in, lambda: self.sp.new(mod.out_features, target))
-            out = Feature(s_out, nd - 1)
-            self._point(target, out, 2)
-            self._param(target, "weight", (s_out, s_in))
-            if mod.bias is not None:
-                self._param(target, "bias", (s_out,))
-            return out
+            bias = f"{target}.bias" if mod.bias is not None else None
+            return self._linear(node, target, mod.out_features, f"{target}.weight", bias)
         if isinstance(mod, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
             return self._conv(node, target, mod)
         if isinstance(
@@ -222,6 +214,51 @@ class _Deriver(AttentionRules, ShapeRules):
             "elementwise activations, dropout, "
             "pooling and flatten; write a PermutationSpec by hand for this model"
         )
+
+    def _linear(
+        self, node: fx.Node, target: str, out_features: int, weight: str, bias: str | None
+    ) -> Feature:
+        """A Linear layer (module, or ``F.linear`` on its parameters) on the last axis."""
+        v = self._in(node)
+        shape_in = _shape(node.args[0]) if node.args else None
+        nd = len(shape_in) if shape_in else 2
+        s_in = self._on_axis(v, nd - 1, "Linear")
+        s_in, s_out = self._layer(target, s_in, lambda: self.sp.new(out_features, target))
+        out = Feature(s_out, nd - 1)
+        self._point(target, out, 2)
+        self._param("", weight, (s_out, s_in))
+        if bias is not None:
+            self._param("", bias, (s_out,))
+        return out
+
+    def _functional_linear(self, node: fx.Node) -> Feature:
+        """``F.linear(x, weight, bias)`` on a module's parameters (timm's ``Linear`` casts its
+        weight and calls it): the module's Linear layer."""
+        keys = []
+        for i, name in ((1, "weight"), (2, "bias")):
+            arg = _arg(node, i, name)
+            used = self.val.get(arg) if isinstance(arg, fx.Node) else None
+            if arg is not None and not isinstance(used, ParamUse):
+                raise self.err(f"F.linear with a {name} that is not a parameter of the model")
+            keys.append(used.key if isinstance(used, ParamUse) else None)
+        weight, bias = keys
+        target = weight.rsplit(".", 1)[0] if "." in weight else weight
+        out_features = self.model.state_dict()[weight].shape[0]
+        return self._linear(node, target, out_features, weight, bias)
+
+    def _pad(self, node: fx.Node) -> Feature | None:
+        """``F.pad`` of the trailing axes (spatial padding, window partitions): the features
+        pass through unless their own axis is padded."""
+        v = self.val.get(node.args[0])
+        if not isinstance(v, Feature) or self._fixed(v.space):
+            return self._generic(node) if not isinstance(v, Feature) else v
+        pad = _arg(node, 1, "pad")
+        nd = len(_shape(node) or ())
+        padded = range(nd - len(pad) // 2, nd)
+        widths = [pad[2 * (nd - 1 - k)] or pad[2 * (nd - 1 - k) + 1] for k in padded]
+        if any(w for k, w in zip(padded, widths) if k == v.axis):
+            raise self.err(f"F.pad pads axis {v.axis}, the permuted features' axis")
+        return v
 
     def _conv(self, node: fx.Node, target: str, mod: nn.Module) -> Feature:
         v = self._in(node)
@@ -355,6 +392,10 @@ class _Deriver(AttentionRules, ShapeRules):
             return v
         if fn in (F.batch_norm, F.instance_norm, F.group_norm):
             return self._functional_norm(node, fn)
+        if fn is F.linear:
+            return self._functional_linear(node)
+        if fn is F.pad:
+            return self._pad(node)
         if fn is operator.getitem:
             src = self.val.get(node.args[0])
             if isinstance(src, Several) and isinstance(node.args[1], int):
@@ -382,7 +423,7 @@ class _Deriver(AttentionRules, ShapeRules):
             return src if isinstance(src, (Feature, ParamUse)) else self._generic(node)
         if name == "flatten":
             return self._flatten(node, _arg(node, 1, "start_dim", 0), _arg(node, 2, "end_dim", -1))
-        if name in ("view", "reshape", "squeeze", "unsqueeze"):
+        if name in ("view", "reshape", "squeeze", "unsqueeze", "view_as", "reshape_as"):
             return self._view(node)
         if name == "permute":
             dims = node.args[1:]

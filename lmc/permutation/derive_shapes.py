@@ -58,9 +58,11 @@ class ShapeRules:
         parts = [self.sp.fixed_leaf(before), space, self.sp.fixed_leaf(after)]
         return Feature(self.sp.kron(parts, node.name), start)
 
-    def _view(self, node: fx.Node) -> Feature | None:
+    def _view(self, node: fx.Node) -> Feature | ParamUse | None:
         v = self.val.get(node.args[0])
         s_in, s_out = _shape(node.args[0]), _shape(node)
+        if isinstance(v, ParamUse) and s_in is not None and s_out is not None:
+            return self._param_view(node, v, s_in, s_out)
         if not isinstance(v, Feature) or s_in is None or s_out is None:
             return self._generic(node)
         if self._fixed(v.space):
@@ -133,6 +135,25 @@ class ShapeRules:
         return Feature(v.space, b if v.axis == a else a if v.axis == b else v.axis)
 
     # -- functions ---------------------------------------------------------------------------
+    def _param_view(
+        self, node: fx.Node, v: ParamUse, s_in: tuple[int, ...], s_out: tuple[int, ...]
+    ) -> ParamUse:
+        """A parameter reshaped by inserting or dropping axes of size 1 (layer scale
+        ``gamma.reshape(1, -1, 1, 1)``, ``view(C, 1, 1)``): its axes of size > 1 keep their
+        order, so it is the parameter placed at a new offset."""
+        big_in = [k for k, n in enumerate(s_in) if n > 1]
+        big_out = [k for k, n in enumerate(s_out) if n > 1]
+        if [s_in[k] for k in big_in] != [s_out[k] for k in big_out]:
+            raise self.err(
+                f"parameter {v.key!r} is reshaped from {s_in} to {s_out}, which regroups its "
+                "axes; derive_spec follows only reshapes that add or drop axes of size 1: write "
+                "a PermutationSpec by hand"
+            )
+        offsets = {k_out - (k_in - v.offset) for k_in, k_out in zip(big_in, big_out)}
+        if len(offsets) > 1:  # cannot happen for one-axis parameters (layer scale, biases)
+            raise self.err(f"parameter {v.key!r}: reshape from {s_in} to {s_out} moves its axes")
+        return ParamUse(v.key, v.ndim, offsets.pop() if offsets else 0)
+
     def _broadcast(self, node: fx.Node, operands: list[Any]) -> Feature | None:
         """Elementwise op with broadcasting: the operands' permuted axes are merged."""
         out = _shape(node)
