@@ -17,7 +17,11 @@ named after the module that first produced it.
 
 from __future__ import annotations
 
+import linecache
 import operator
+import os
+import re
+import traceback
 from typing import Any
 
 import torch
@@ -81,12 +85,58 @@ _TORCHVISION_FUNCTIONS = {  # wrapped by torch.fx (one node each): name -> rule
 
 
 def _describe(node: fx.Node) -> str:
+    """The node, the module it runs in and its source line (``module 'blocks.0.attn',
+    timm/layers/attention.py:120 `q, k, v = qkv.unbind(0)```)."""
     target = (
         node.target
         if isinstance(node.target, str)
         else getattr(node.target, "__name__", node.target)
     )
-    return f"node {node.name!r} ({node.op} {target})"
+    out = f"node {node.name!r} ({node.op} {target})"
+    stack = node.meta.get("nn_module_stack")
+    if stack:
+        out += f" in module {next(reversed(stack))!r}"
+    where = _source_line(node.stack_trace or "")
+    return f"{out} at {where}" if where else out
+
+
+def _source_line(stack_trace: str) -> str:
+    """The innermost frame of a recorded stack outside torch: ``file:line `code```."""
+    lines = stack_trace.splitlines()
+    found = ""
+    for i, line in enumerate(lines):
+        m = re.match(r'\s*File "([^"]+)", line (\d+), in', line)
+        if m and not _in_torch(m.group(1)):
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            found = f"{_short(m.group(1))}:{m.group(2)} `{code}`"
+    return found
+
+
+def _in_torch(path: str) -> bool:
+    return f"{os.sep}torch{os.sep}" in path or path.startswith("<")
+
+
+def _short(path: str) -> str:
+    """A source path from its package on (``timm/layers/attention.py``)."""
+    parts = path.split(f"{os.sep}site-packages{os.sep}")
+    return parts[-1] if len(parts) > 1 else os.path.relpath(path) if os.path.isabs(path) else path
+
+
+def _untraceable_at(model: nn.Module, error: BaseException) -> str:
+    """Where tracing stopped: the innermost frame outside torch, and its module's name."""
+    names = {id(m): n for n, m in model.named_modules()}
+    where = ""
+    for frame, lineno in traceback.walk_tb(error.__traceback__):
+        path = frame.f_code.co_filename
+        if _in_torch(path):
+            continue
+        line = linecache.getline(path, lineno).strip()
+        owner = frame.f_locals.get("self")
+        module = names.get(id(owner)) if owner is not None else None
+        where = f"{_short(path)}:{lineno} `{line}`"
+        if module is not None:
+            where = f"module {module or type(model).__name__!r}, {where}"
+    return where
 
 
 def _nodes(args: Any) -> list[fx.Node]:
@@ -505,10 +555,15 @@ def derive_spec(model: nn.Module, example_input: Tensor | tuple[Tensor, ...]) ->
     """
     name = type(model).__name__
     try:
-        gm = fx.symbolic_trace(model)
+        tracer = fx.Tracer()
+        tracer.record_stack_traces = True  # errors name the model's source line
+        graph = tracer.trace(model)
+        gm = fx.GraphModule(tracer.root, graph, name)
     except Exception as e:  # noqa: BLE001 - any tracing failure is reported the same way
+        at = _untraceable_at(model, e)
         raise SpecDerivationError(
-            f"torch.fx could not trace {name} ({type(e).__name__}: {e}); derive_spec needs a "
+            f"torch.fx could not trace {name}{f' at {at}' if at else ''} "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); derive_spec needs a "
             "forward without data-dependent control flow (no Python if/for on tensor values). "
             "Write the spec by hand instead: PermutationSpec({key: (group or None per axis)}) "
             "for every state-dict entry, and pass it as spec= (or spec: package.module:function "
@@ -534,4 +589,15 @@ def derive_spec(model: nn.Module, example_input: Tensor | tuple[Tensor, ...]) ->
     try:
         return _Deriver(gm, model).run(name)
     except SpecDerivationError as e:
-        raise SpecDerivationError(f"{name}: {e}") from None
+        msg = str(e)
+        if "by hand" not in msg:
+            msg += f"; {HAND_WRITTEN}"
+        raise SpecDerivationError(f"{name}: {msg}") from None
+
+
+#: what an error says to write instead of a derived spec
+HAND_WRITTEN = (
+    "write the spec by hand for this model: PermutationSpec({key: (group or None per axis)}) "
+    "for every state-dict entry, the channels this operation mixes in no group, passed as "
+    "spec= (or spec: package.module:function in YAML)"
+)

@@ -241,3 +241,51 @@ def test_padding_the_channels_is_refused():
 
     with pytest.raises(Exception, match="F.pad pads axis 1, the permuted features' axis"):
         derive_spec(ChannelPad(), torch.randn(2, 3, 4, 4))
+
+
+class Gate(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        if y.sum() > 0:  # control flow on a tensor's value: fx cannot trace it
+            y = -y
+        return y
+
+
+class Mixer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 1)
+
+    def forward(self, x):
+        return torch.cumsum(self.conv(x), dim=1)  # mixes the channels
+
+
+class Outer(nn.Module):
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.body = inner
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def test_an_untraceable_forward_is_named_with_its_module_and_line():
+    with pytest.raises(Exception) as err:
+        derive_spec(Outer(Gate()), torch.randn(2, 3, 4, 4))
+    msg = str(err.value)
+    assert "torch.fx could not trace Outer at module 'body'" in msg
+    assert "test_derive_functional.py:" in msg and "`if y.sum() > 0:" in msg
+    assert "Write the spec by hand" in msg
+
+
+def test_an_unknown_operation_is_named_with_its_module_line_and_the_way_out():
+    with pytest.raises(Exception) as err:
+        derive_spec(Outer(Mixer()), torch.randn(2, 3, 4, 4))
+    msg = str(err.value)
+    assert "node 'cumsum' (call_function cumsum) in module 'body'" in msg
+    assert "`return torch.cumsum(self.conv(x), dim=1)" in msg
+    assert "write the spec by hand for this model" in msg
