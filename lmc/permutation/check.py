@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
@@ -82,6 +84,25 @@ def _permuted(
     return {**state, **moved}
 
 
+@contextmanager
+def _no_functional_dropout(on: bool) -> Iterator[None]:
+    """``F.dropout`` and its kin as the identity: a module that calls them with its own rate
+    (timm's classifier heads: ``F.dropout(x, self.drop_rate, self.training)``) draws masks that
+    would not follow the permutation either."""
+    if not on:
+        yield
+        return
+    names = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout")
+    saved = {n: getattr(F, n) for n in names}
+    try:
+        for n in names:
+            setattr(F, n, lambda x, *args, **kwargs: x)
+        yield
+    finally:
+        for n, fn in saved.items():
+            setattr(F, n, fn)
+
+
 def _forward(
     model: nn.Module, state: Mapping[str, Tensor], x: tuple[Tensor, ...], train: bool
 ) -> Tensor:
@@ -92,14 +113,14 @@ def _forward(
     model.train(train)
     if train:  # dropout masks would not follow the permutation; keep them off
         for m in model.modules():
-            # torchvision's StochasticDepth drops whole samples at random: off as well
-            if (
-                isinstance(m, nn.modules.dropout._DropoutNd)
-                or type(m).__name__ == "StochasticDepth"
+            # torchvision's StochasticDepth and timm's DropPath drop whole samples: off as well
+            if isinstance(m, nn.modules.dropout._DropoutNd) or type(m).__name__ in (
+                "StochasticDepth",
+                "DropPath",
             ):
                 m.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _no_functional_dropout(train):
             out = functional_call(model, state, x)
     finally:
         model.train(was)

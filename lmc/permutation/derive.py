@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from lmc.permutation.derive_attention import AttentionRules
+from lmc.permutation.derive_attention import AttentionRules, is_fused_qkv_attention
 from lmc.permutation.derive_shapes import ShapeRules
 from lmc.permutation.derive_spaces import (
     Feature,
@@ -257,6 +257,8 @@ class _Deriver(AttentionRules, ShapeRules):
             return self._flatten(node, mod.start_dim, mod.end_dim)
         if isinstance(mod, nn.MultiheadAttention):
             return self._mha(node, target, mod)
+        if is_fused_qkv_attention(mod):
+            return self._fused_qkv(node, target, mod)
         raise self.err(
             f"cannot derive how a permutation passes through module {target!r} of type "
             f"{type(mod).__name__}; supported are Linear, Conv (grouped too), BatchNorm, "
@@ -530,6 +532,13 @@ def _is_param(gm: fx.GraphModule, target: str) -> bool:
     return True
 
 
+class _Tracer(fx.Tracer):
+    """torch.fx's tracer, with fused-qkv attention modules kept whole (derived as a unit)."""
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return is_fused_qkv_attention(m) or super().is_leaf_module(m, module_qualified_name)
+
+
 def derive_spec(model: nn.Module, example_input: Tensor | tuple[Tensor, ...]) -> PermutationSpec:
     """Derive the permutation spec of ``model`` from its ``torch.fx`` graph.
 
@@ -555,7 +564,7 @@ def derive_spec(model: nn.Module, example_input: Tensor | tuple[Tensor, ...]) ->
     """
     name = type(model).__name__
     try:
-        tracer = fx.Tracer()
+        tracer = _Tracer()
         tracer.record_stack_traces = True  # errors name the model's source line
         graph = tracer.trace(model)
         gm = fx.GraphModule(tracer.root, graph, name)

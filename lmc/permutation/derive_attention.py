@@ -106,6 +106,36 @@ class AttentionRules:
             weights = Feature(h, 1 if nd == 3 else 0)  # (N, H, L, S): one map per head
         return Several((out, weights))
 
+    def _fused_qkv(self, node: fx.Node, target: str, mod: nn.Module) -> Feature:
+        """A fused-qkv attention module as timm writes it (:func:`is_fused_qkv_attention`):
+        ``qkv`` rows stacked q, k, v (each ``heads x head_dim``), optional per-head-dimension
+        norms of q and k, an optional norm of the heads' output, ``proj``."""
+        s_in = self._last_axis(node.args[0], "attention")
+        if target in self.attn:  # shared module called again: same spaces
+            old_in, s_out = self.attn[target][0], self.attn[target][-1]
+            self.sp.union(old_in, s_in)
+        else:
+            heads, dim = mod.num_heads, mod.head_dim
+            h = self.sp.new(heads, f"{target}:heads")
+            d_qk, d_v = self.sp.new(dim, f"{target}:qk"), self.sp.new(dim, f"{target}:v")
+            sq = self.sp.kron([h, d_qk], f"{target}:q")
+            sv = self.sp.kron([h, d_v], f"{target}:v")
+            s_out = self.sp.new(mod.proj.out_features, target)
+            self.attn[target] = (s_in, h, sq, sv, s_out)
+            e = heads * dim
+            for rows, s_row in (((0, e), sq), ((e, 2 * e), sq), ((2 * e, 3 * e), sv)):
+                self._param(target, "qkv.weight", (s_row, s_in), rows=rows)
+                if mod.qkv.bias is not None:
+                    self._param(target, "qkv.bias", (s_row,), rows=rows)
+            for name, space in (("q_norm", d_qk), ("k_norm", d_qk), ("norm", sv)):
+                for key in getattr(mod, name).state_dict():
+                    self._param(target, f"{name}.{key}", (space,))
+            self._param(target, "proj.weight", (s_out, sv))
+            if mod.proj.bias is not None:
+                self._param(target, "proj.bias", (s_out,))
+        nd = len(_shape(node.args[0]) or (0, 0, 0))
+        return Feature(s_out, nd - 1)
+
     # -- torchvision Swin (functions wrapped by torch.fx, reading their module's weights) ----
     def _param_key(self, arg: Any, what: str) -> str | None:
         v = self.val.get(arg) if isinstance(arg, fx.Node) else None
@@ -176,3 +206,36 @@ class AttentionRules:
         if self.sp.is_fixed(s):
             return Feature(Spaces.FIXED, nd - 1)
         return Feature(self.sp.kron([self.sp.fixed_leaf(4), s], node.name), nd - 1)
+
+
+_FUSED_CHILDREN = {"qkv", "q_norm", "k_norm", "attn_drop", "norm", "proj", "proj_drop"}
+
+
+def is_fused_qkv_attention(mod: nn.Module) -> bool:
+    """Whether ``mod`` is laid out as timm's ``Attention``: exactly the children ``qkv`` (a
+    Linear of ``3 x num_heads x head_dim`` rows), ``proj`` (a Linear reading ``num_heads x
+    head_dim``), ``q_norm``/``k_norm`` (identity or a LayerNorm over ``head_dim``), ``norm``
+    (identity or a LayerNorm over the heads' output), dropouts, and no parameter of its own.
+    derive_spec treats such a module as standard multi-head attention (``check_spec`` then
+    verifies it on the model)."""
+    heads, dim = getattr(mod, "num_heads", None), getattr(mod, "head_dim", None)
+    children = dict(mod.named_children())
+    if not isinstance(heads, int) or not isinstance(dim, int) or set(children) != _FUSED_CHILDREN:
+        return False
+    if getattr(mod, "gate", None) is not None or any(True for _ in mod.parameters(recurse=False)):
+        return False
+    qkv, proj = children["qkv"], children["proj"]
+    if not isinstance(qkv, nn.Linear) or not isinstance(proj, nn.Linear):
+        return False
+    if qkv.out_features != 3 * heads * dim or proj.in_features != heads * dim:
+        return False
+    for name, size in (("q_norm", dim), ("k_norm", dim), ("norm", heads * dim)):
+        norm = children[name]
+        if isinstance(norm, nn.LayerNorm):
+            if tuple(norm.normalized_shape) != (size,):
+                return False
+        elif not isinstance(norm, nn.Identity):
+            return False
+    return all(
+        isinstance(children[n], (nn.Dropout, nn.Identity)) for n in ("attn_drop", "proj_drop")
+    )

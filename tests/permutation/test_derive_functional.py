@@ -289,3 +289,25 @@ def test_an_unknown_operation_is_named_with_its_module_line_and_the_way_out():
     assert "node 'cumsum' (call_function cumsum) in module 'body'" in msg
     assert "`return torch.cumsum(self.conv(x), dim=1)" in msg
     assert "write the spec by hand for this model" in msg
+
+
+class DropHead(nn.Module):
+    """A classifier head that drops the pooled features by the function (timm's heads)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = F.relu(self.bn(self.conv(x))).mean((2, 3))
+        return self.fc(F.dropout(x, p=0.5, training=self.training))
+
+
+def test_check_spec_in_train_mode_keeps_functional_dropout_off():
+    net = DropHead()
+    x = torch.randn(4, 3, 6, 6)
+    spec = derive_spec(net, x)
+    check_spec(net, spec, x)  # train mode: batch statistics, dropout off (module or function)
+    assert F.dropout(torch.ones(1000), 0.5, True).eq(0).any()  # restored afterwards

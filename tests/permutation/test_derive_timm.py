@@ -9,6 +9,7 @@ import pytest
 import timm
 import torch
 
+from lmc.permutation import derive_spec
 from tests.permutation.test_derive_torchvision import contract
 
 # a family each: functional batch norm + activation (BatchNormAct2d), timm's Linear (F.linear)
@@ -16,12 +17,13 @@ from tests.permutation.test_derive_torchvision import contract
 HANDFUL = ["efficientnet_b0", "mobilenetv3_small_050", "convnext_atto"]
 
 # the families whose representative (benchmarks/derive_timm.py) derives and checks today; the
-# slow test holds them there (25 of 85 families, 2026-11-27)
+# slow test holds them there (33 of 85 families, 2026-11-27)
 DERIVING = [
-    "convmixer", "convnext", "cspnet", "cspnext", "densenet", "dla", "dpn", "efficientnet",
-    "hardcorenas", "hgnet", "inception_next", "inception_v3", "lcnetv2", "mambaout",
-    "mobilenetv3", "rdnet", "regnet", "repvit", "res2net", "resnetv2", "rexnet", "selecsls",
-    "starnet", "xception", "xception_aligned",
+    "convmixer", "convnext", "cspnet", "cspnext", "deit", "densenet", "dla", "dpn",
+    "efficientnet", "fasternet", "ghostnet", "hardcorenas", "hgnet", "inception_next",
+    "inception_v3", "lcnetv2", "mambaout", "mobilenetv3", "pit", "rdnet", "regnet", "repghost",
+    "repvit", "res2net", "resnetv2", "rexnet", "selecsls", "senet", "starnet",
+    "vision_transformer", "vitamin", "xception", "xception_aligned",
 ]  # fmt: skip
 
 
@@ -45,3 +47,25 @@ def test_every_deriving_family_still_derives():
     picks = representatives()
     failed = {f: derive_one(picks[f]) for f in DERIVING}
     assert {f: s for f, s in failed.items() if s != "ok"} == {}
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_timm_attention_is_derived_as_heads(qk_norm):
+    """timm's fused-qkv Attention (ViT, DeiT) kept whole by the tracer: its heads and within-head
+    dimensions are groups (the q/k norms' weights on the query/key dimension), and the model
+    meets the contract."""
+    from timm.models.vision_transformer import VisionTransformer
+
+    def vit():
+        return VisionTransformer(
+            img_size=32, patch_size=8, embed_dim=16, depth=2, num_heads=2, num_classes=10,
+            qk_norm=qk_norm,
+        ).eval()  # fmt: skip
+
+    spec = derive_spec(vit(), torch.randn(2, 3, 32, 32))
+    sizes = spec.sizes(vit().state_dict())
+    assert sizes["blocks.0.attn:heads"] == 2
+    assert sizes["blocks.0.attn:qk"] == sizes["blocks.0.attn:v"] == 8
+    if qk_norm:
+        assert spec.axes["blocks.0.attn.q_norm.weight"] == ("blocks.0.attn:qk",)
+    contract(vit, size=32)
