@@ -17,11 +17,7 @@ named after the module that first produced it.
 
 from __future__ import annotations
 
-import linecache
 import operator
-import os
-import re
-import traceback
 from typing import Any
 
 import torch
@@ -30,6 +26,7 @@ from torch import Tensor, fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from lmc.permutation.derive_attention import AttentionRules, is_fused_qkv_attention
+from lmc.permutation.derive_functional import FunctionalRules
 from lmc.permutation.derive_shapes import ShapeRules
 from lmc.permutation.derive_spaces import (
     Feature,
@@ -42,6 +39,8 @@ from lmc.permutation.derive_spaces import (
 )
 from lmc.permutation.derive_spaces import node_arg as _arg
 from lmc.permutation.derive_spaces import node_shape as _shape
+from lmc.permutation.derive_where import describe as _describe
+from lmc.permutation.derive_where import untraceable_at as _untraceable_at
 from lmc.permutation.spec import PermutationSpec
 
 
@@ -84,68 +83,13 @@ _TORCHVISION_FUNCTIONS = {  # wrapped by torch.fx (one node each): name -> rule
 }
 
 
-def _describe(node: fx.Node) -> str:
-    """The node, the module it runs in and its source line (``module 'blocks.0.attn',
-    timm/layers/attention.py:120 `q, k, v = qkv.unbind(0)```)."""
-    target = (
-        node.target
-        if isinstance(node.target, str)
-        else getattr(node.target, "__name__", node.target)
-    )
-    out = f"node {node.name!r} ({node.op} {target})"
-    stack = node.meta.get("nn_module_stack")
-    if stack:
-        out += f" in module {next(reversed(stack))!r}"
-    where = _source_line(node.stack_trace or "")
-    return f"{out} at {where}" if where else out
-
-
-def _source_line(stack_trace: str) -> str:
-    """The innermost frame of a recorded stack outside torch: ``file:line `code```."""
-    lines = stack_trace.splitlines()
-    found = ""
-    for i, line in enumerate(lines):
-        m = re.match(r'\s*File "([^"]+)", line (\d+), in', line)
-        if m and not _in_torch(m.group(1)):
-            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
-            found = f"{_short(m.group(1))}:{m.group(2)} `{code}`"
-    return found
-
-
-def _in_torch(path: str) -> bool:
-    return f"{os.sep}torch{os.sep}" in path or path.startswith("<")
-
-
-def _short(path: str) -> str:
-    """A source path from its package on (``timm/layers/attention.py``)."""
-    parts = path.split(f"{os.sep}site-packages{os.sep}")
-    return parts[-1] if len(parts) > 1 else os.path.relpath(path) if os.path.isabs(path) else path
-
-
-def _untraceable_at(model: nn.Module, error: BaseException) -> str:
-    """Where tracing stopped: the innermost frame outside torch, and its module's name."""
-    names = {id(m): n for n, m in model.named_modules()}
-    where = ""
-    for frame, lineno in traceback.walk_tb(error.__traceback__):
-        path = frame.f_code.co_filename
-        if _in_torch(path):
-            continue
-        line = linecache.getline(path, lineno).strip()
-        owner = frame.f_locals.get("self")
-        module = names.get(id(owner)) if owner is not None else None
-        where = f"{_short(path)}:{lineno} `{line}`"
-        if module is not None:
-            where = f"module {module or type(model).__name__!r}, {where}"
-    return where
-
-
 def _nodes(args: Any) -> list[fx.Node]:
     out: list[fx.Node] = []
     fx.node.map_arg(args, out.append)
     return out
 
 
-class _Deriver(AttentionRules, ShapeRules):
+class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
     def __init__(self, gm: fx.GraphModule, model: nn.Module) -> None:
         self.gm = gm
         self.model = model
@@ -267,51 +211,6 @@ class _Deriver(AttentionRules, ShapeRules):
             "pooling and flatten; write a PermutationSpec by hand for this model"
         )
 
-    def _linear(
-        self, node: fx.Node, target: str, out_features: int, weight: str, bias: str | None
-    ) -> Feature:
-        """A Linear layer (module, or ``F.linear`` on its parameters) on the last axis."""
-        v = self._in(node)
-        shape_in = _shape(node.args[0]) if node.args else None
-        nd = len(shape_in) if shape_in else 2
-        s_in = self._on_axis(v, nd - 1, "Linear")
-        s_in, s_out = self._layer(target, s_in, lambda: self.sp.new(out_features, target))
-        out = Feature(s_out, nd - 1)
-        self._point(target, out, 2)
-        self._param("", weight, (s_out, s_in))
-        if bias is not None:
-            self._param("", bias, (s_out,))
-        return out
-
-    def _functional_linear(self, node: fx.Node) -> Feature:
-        """``F.linear(x, weight, bias)`` on a module's parameters (timm's ``Linear`` casts its
-        weight and calls it): the module's Linear layer."""
-        keys = []
-        for i, name in ((1, "weight"), (2, "bias")):
-            arg = _arg(node, i, name)
-            used = self.val.get(arg) if isinstance(arg, fx.Node) else None
-            if arg is not None and not isinstance(used, ParamUse):
-                raise self.err(f"F.linear with a {name} that is not a parameter of the model")
-            keys.append(used.key if isinstance(used, ParamUse) else None)
-        weight, bias = keys
-        target = weight.rsplit(".", 1)[0] if "." in weight else weight
-        out_features = self.model.state_dict()[weight].shape[0]
-        return self._linear(node, target, out_features, weight, bias)
-
-    def _pad(self, node: fx.Node) -> Feature | None:
-        """``F.pad`` of the trailing axes (spatial padding, window partitions): the features
-        pass through unless their own axis is padded."""
-        v = self.val.get(node.args[0])
-        if not isinstance(v, Feature) or self._fixed(v.space):
-            return self._generic(node) if not isinstance(v, Feature) else v
-        pad = _arg(node, 1, "pad")
-        nd = len(_shape(node) or ())
-        padded = range(nd - len(pad) // 2, nd)
-        widths = [pad[2 * (nd - 1 - k)] or pad[2 * (nd - 1 - k) + 1] for k in padded]
-        if any(w for k, w in zip(padded, widths) if k == v.axis):
-            raise self.err(f"F.pad pads axis {v.axis}, the permuted features' axis")
-        return v
-
     def _conv(self, node: fx.Node, target: str, mod: nn.Module) -> Feature:
         v = self._in(node)
         s_in = self._on_axis(v, 1, "Conv")
@@ -362,37 +261,6 @@ class _Deriver(AttentionRules, ShapeRules):
                     self._param("", t, tuple(axes))
                 else:
                     self._param(target, name, tuple(axes))
-
-    def _functional_norm(self, node: fx.Node, fn: Any) -> Feature:
-        """``F.batch_norm`` / ``F.instance_norm`` / ``F.group_norm`` called by a module (timm's
-        ``BatchNormAct2d``, ``GroupNorm1``): as the module forms, with the parameters and
-        running statistics they read placed on the channels' space."""
-        v = self._in(node)
-        what = fn.__name__
-        s = self._on_axis(v, 1, what)
-        if fn is F.group_norm:
-            tensors = ((2, "weight"), (3, "bias"))
-        else:
-            tensors = ((1, "running_mean"), (2, "running_var"), (3, "weight"), (4, "bias"))
-        keys = []
-        for i, name in tensors:
-            arg = _arg(node, i, name)
-            used = self.val.get(arg) if isinstance(arg, fx.Node) else None
-            key = used.key if isinstance(used, ParamUse) else self.buffers.get(arg)
-            if key is not None:
-                keys.append(key)
-        module = keys[0].rsplit(".", 1)[0] if keys and "." in keys[0] else ""  # the caller
-        if fn is F.group_norm:
-            groups, channels = _arg(node, 1, "num_groups"), (_shape(node) or (0, 0))[1]
-            if isinstance(groups, int) and 1 < groups < channels:  # permute within each group
-                n = channels // groups
-                name = module or f"{what}:{node}"
-                self.sp.union(s, self.sp.cat(self.sp.split(s, [n] * groups), name))
-        for key in keys:
-            self._param("", key, (s,))
-        if module:  # an activation point, as a norm module's
-            self._point(module, v, 1)
-        return v
 
     def _live(self, v: Any) -> bool:
         """Whether ``v`` carries a permuted axis (a tuple: in one of its items)."""

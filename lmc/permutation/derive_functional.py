@@ -1,0 +1,118 @@
+"""Functional forms for :func:`~lmc.permutation.derive_spec` (issue 35): what timm's blocks
+call as functions on their own parameters — ``F.linear`` (timm's ``Linear``), ``F.batch_norm``
+/ ``F.instance_norm`` / ``F.group_norm`` (``BatchNormAct2d``, ``GroupNorm1``) — and spatial
+``F.pad``, each as its module form."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch.nn.functional as F
+from torch import fx, nn
+
+from lmc.permutation.derive_spaces import Feature, ParamUse, Spaces, node_arg, node_shape
+
+_arg, _shape = node_arg, node_shape
+
+
+class FunctionalRules:
+    """Mixin of the deriver: Linear layers (module or function), functional norms, padding."""
+
+    sp: Spaces
+    val: dict[fx.Node, Any]
+    buffers: dict[fx.Node, str]
+    model: nn.Module
+
+    if TYPE_CHECKING:
+
+        def err(self, msg: str) -> Exception: ...
+
+        def _in(self, node: fx.Node, i: int = 0) -> Feature: ...
+
+        def _fixed(self, s: int) -> bool: ...
+
+        def _generic(self, node: fx.Node) -> None: ...
+
+        def _on_axis(self, v: Feature, axis: int, what: str) -> int: ...
+
+        def _layer(self, target: str, s_in: int, make_out: Any) -> tuple[int, int]: ...
+
+        def _point(self, target: str, v: Feature, prio: int) -> None: ...
+
+        def _param(self, prefix: str, name: str, axes: tuple[int | None, ...], rows=None): ...
+
+    def _linear(
+        self, node: fx.Node, target: str, out_features: int, weight: str, bias: str | None
+    ) -> Feature:
+        """A Linear layer (module, or ``F.linear`` on its parameters) on the last axis."""
+        v = self._in(node)
+        shape_in = _shape(node.args[0]) if node.args else None
+        nd = len(shape_in) if shape_in else 2
+        s_in = self._on_axis(v, nd - 1, "Linear")
+        s_in, s_out = self._layer(target, s_in, lambda: self.sp.new(out_features, target))
+        out = Feature(s_out, nd - 1)
+        self._point(target, out, 2)
+        self._param("", weight, (s_out, s_in))
+        if bias is not None:
+            self._param("", bias, (s_out,))
+        return out
+
+    def _functional_linear(self, node: fx.Node) -> Feature:
+        """``F.linear(x, weight, bias)`` on a module's parameters (timm's ``Linear`` casts its
+        weight and calls it): the module's Linear layer."""
+        keys = []
+        for i, name in ((1, "weight"), (2, "bias")):
+            arg = _arg(node, i, name)
+            used = self.val.get(arg) if isinstance(arg, fx.Node) else None
+            if arg is not None and not isinstance(used, ParamUse):
+                raise self.err(f"F.linear with a {name} that is not a parameter of the model")
+            keys.append(used.key if isinstance(used, ParamUse) else None)
+        weight, bias = keys
+        target = weight.rsplit(".", 1)[0] if "." in weight else weight
+        out_features = self.model.state_dict()[weight].shape[0]
+        return self._linear(node, target, out_features, weight, bias)
+
+    def _pad(self, node: fx.Node) -> Feature | None:
+        """``F.pad`` of the trailing axes (spatial padding, window partitions): the features
+        pass through unless their own axis is padded."""
+        v = self.val.get(node.args[0])
+        if not isinstance(v, Feature) or self._fixed(v.space):
+            return self._generic(node) if not isinstance(v, Feature) else v
+        pad = _arg(node, 1, "pad")
+        nd = len(_shape(node) or ())
+        padded = range(nd - len(pad) // 2, nd)
+        widths = [pad[2 * (nd - 1 - k)] or pad[2 * (nd - 1 - k) + 1] for k in padded]
+        if any(w for k, w in zip(padded, widths) if k == v.axis):
+            raise self.err(f"F.pad pads axis {v.axis}, the permuted features' axis")
+        return v
+
+    def _functional_norm(self, node: fx.Node, fn: Any) -> Feature:
+        """``F.batch_norm`` / ``F.instance_norm`` / ``F.group_norm`` called by a module (timm's
+        ``BatchNormAct2d``, ``GroupNorm1``): as the module forms, with the parameters and
+        running statistics they read placed on the channels' space."""
+        v = self._in(node)
+        what = fn.__name__
+        s = self._on_axis(v, 1, what)
+        if fn is F.group_norm:
+            tensors = ((2, "weight"), (3, "bias"))
+        else:
+            tensors = ((1, "running_mean"), (2, "running_var"), (3, "weight"), (4, "bias"))
+        keys = []
+        for i, name in tensors:
+            arg = _arg(node, i, name)
+            used = self.val.get(arg) if isinstance(arg, fx.Node) else None
+            key = used.key if isinstance(used, ParamUse) else self.buffers.get(arg)
+            if key is not None:
+                keys.append(key)
+        module = keys[0].rsplit(".", 1)[0] if keys and "." in keys[0] else ""  # the caller
+        if fn is F.group_norm:
+            groups, channels = _arg(node, 1, "num_groups"), (_shape(node) or (0, 0))[1]
+            if isinstance(groups, int) and 1 < groups < channels:  # permute within each group
+                n = channels // groups
+                name = module or f"{what}:{node}"
+                self.sp.union(s, self.sp.cat(self.sp.split(s, [n] * groups), name))
+        for key in keys:
+            self._param("", key, (s,))
+        if module:  # an activation point, as a norm module's
+            self._point(module, v, 1)
+        return v
