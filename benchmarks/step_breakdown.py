@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from benchmarks.training import EpochTimer, _cli  # noqa: E402
+from benchmarks.training import EpochTimer, _cli, as_automatic  # noqa: E402
 
 ACC = sys.argv[1] if len(sys.argv) > 1 else "gpu"
 WIDTH = sys.argv[2] if len(sys.argv) > 2 else "512"
@@ -59,10 +59,8 @@ def sync():
 def lmc(mode):
     cli = base(["--model.init_args.capture_step=true"] if mode == "captured" else [])
     task = cli.model
-    if mode == "automatic":  # a subclass with its own step: TrainTask leaves it to Lightning
-        base_cls = type(task)
-        step = lambda self, batch, i: base_cls.training_step(self, batch, i)  # noqa: E731
-        task.__class__ = type("Automatic", (base_cls,), {"training_step": step})
+    if mode == "automatic":
+        as_automatic(task)
     elif "raw" in mode:
 
         def training_step(batch, batch_idx, task=task):

@@ -97,14 +97,20 @@ def lmc_epochs(
         ]
     )
     cli.trainer.callbacks.append(timer)
-    if automatic:  # a subclass with its own training_step: TrainTask leaves it to Lightning
-        base = type(cli.model)
-        step = lambda self, batch, i: base.training_step(self, batch, i)  # noqa: E731
-        cli.model.__class__ = type(f"Automatic{base.__name__}", (base,), {"training_step": step})
-        assert cli.model.automatic_optimization
+    if automatic:
+        as_automatic(cli.model)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     n = len(cli.datamodule.train_dataloader().dataset)
     return timer.times, n
+
+
+def as_automatic(task: L.LightningModule) -> None:
+    """Run ``task``'s step under Lightning's automatic loop: a subclass with its own
+    ``training_step`` (calling the task's) is one ``TrainTask`` leaves to Lightning."""
+    base = type(task)
+    step = lambda self, batch, i: base.training_step(self, batch, i)  # noqa: E731
+    task.__class__ = type(f"Automatic{base.__name__}", (base,), {"training_step": step})
+    assert task.automatic_optimization
 
 
 def lmc_dataloader_epochs(args: list[str], epochs: int, root: Path) -> tuple[list[float], int]:

@@ -92,7 +92,6 @@ def _nodes(args: Any) -> list[fx.Node]:
 class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
     def __init__(self, gm: fx.GraphModule, model: nn.Module) -> None:
         self.gm = gm
-        self.model = model
         self.sp = Spaces()
         self.val: dict[fx.Node, Feature | ParamUse | None] = {}
         self.members: list[Member] = []
@@ -101,6 +100,8 @@ class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
         self.tables: dict[str, int] = {}
         self.points: list[tuple[str, int, int]] = []  # module name, space, priority
         self.buffers: dict[fx.Node, str] = {}  # get_attr of a state-dict buffer -> its key
+        # the state dict's shapes (its keys: buffers, not the constants fx made attributes)
+        self.shapes = {k: tuple(t.shape) for k, t in model.state_dict().items()}
         self.node: fx.Node | None = None
 
     # -- helpers -------------------------------------------------------------------------
@@ -371,7 +372,8 @@ class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
                 key = str(node.target)
                 if t is None:
                     self.val[node] = None  # a buffer or constant: not permuted ...
-                    self.buffers[node] = key  # ... unless a functional norm reads it
+                    if key in self.shapes:  # ... unless a functional norm reads it
+                        self.buffers[node] = key
                 else:
                     self.val[node] = ParamUse(key, t.ndim)
             elif node.op == "output":
@@ -385,9 +387,8 @@ class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
                     self.val[node] = getattr(self, node.op)(node)
                 except NotExpressible as e:
                     raise self.err(str(e)) from None
-        shapes = {k: tuple(t.shape) for k, t in self.model.state_dict().items()}
         try:
-            return spec_from(self.sp, shapes, self.members, self.points)
+            return spec_from(self.sp, self.shapes, self.members, self.points)
         except NotExpressible as e:
             raise SpecDerivationError(f"{model_name}: {e}") from None
 

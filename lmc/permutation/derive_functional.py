@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch.nn.functional as F
-from torch import fx, nn
+from torch import fx
 
 from lmc.permutation.derive_spaces import Feature, ParamUse, Spaces, node_arg, node_shape
 
@@ -21,7 +21,6 @@ class FunctionalRules:
     sp: Spaces
     val: dict[fx.Node, Any]
     buffers: dict[fx.Node, str]
-    model: nn.Module
 
     if TYPE_CHECKING:
 
@@ -63,21 +62,27 @@ class FunctionalRules:
         keys = []
         for i, name in ((1, "weight"), (2, "bias")):
             arg = _arg(node, i, name)
-            used = self.val.get(arg) if isinstance(arg, fx.Node) else None
-            if arg is not None and not isinstance(used, ParamUse):
+            key = self._state_key(arg)
+            if arg is not None and key is None:
                 raise self.err(f"F.linear with a {name} that is not a parameter of the model")
-            keys.append(used.key if isinstance(used, ParamUse) else None)
+            keys.append(key)
         weight, bias = keys
         target = weight.rsplit(".", 1)[0] if "." in weight else weight
-        out_features = self.model.state_dict()[weight].shape[0]
-        return self._linear(node, target, out_features, weight, bias)
+        return self._linear(node, target, (_shape(node) or (0,))[-1], weight, bias)
+
+    def _state_key(self, arg: Any) -> str | None:
+        """The state-dict key of a parameter or buffer a function reads, else ``None``."""
+        used = self.val.get(arg) if isinstance(arg, fx.Node) else None
+        return used.key if isinstance(used, ParamUse) else self.buffers.get(arg)
 
     def _pad(self, node: fx.Node) -> Feature | None:
         """``F.pad`` of the trailing axes (spatial padding, window partitions): the features
         pass through unless their own axis is padded."""
         v = self.val.get(node.args[0])
-        if not isinstance(v, Feature) or self._fixed(v.space):
-            return self._generic(node) if not isinstance(v, Feature) else v
+        if not isinstance(v, Feature):
+            return self._generic(node)
+        if self._fixed(v.space):
+            return v
         pad = _arg(node, 1, "pad")
         nd = len(_shape(node) or ())
         padded = range(nd - len(pad) // 2, nd)
@@ -97,13 +102,7 @@ class FunctionalRules:
             tensors = ((2, "weight"), (3, "bias"))
         else:
             tensors = ((1, "running_mean"), (2, "running_var"), (3, "weight"), (4, "bias"))
-        keys = []
-        for i, name in tensors:
-            arg = _arg(node, i, name)
-            used = self.val.get(arg) if isinstance(arg, fx.Node) else None
-            key = used.key if isinstance(used, ParamUse) else self.buffers.get(arg)
-            if key is not None:
-                keys.append(key)
+        keys = [k for i, name in tensors if (k := self._state_key(_arg(node, i, name)))]
         module = keys[0].rsplit(".", 1)[0] if keys and "." in keys[0] else ""  # the caller
         if fn is F.group_norm:
             groups, channels = _arg(node, 1, "num_groups"), (_shape(node) or (0, 0))[1]

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from lmc.studies.keys import config_args
-from lmc.studies.plan import coord_args, grid_points
+from lmc.studies.plan import coord_args, seed_groups
 from lmc.studies.schema import AUTO, SEED_KEY, Study, StudyError
 
 #: ``lmc fit <args> --population [seeds]`` built and checked (no training): ``None`` if it
@@ -35,23 +35,29 @@ def check_population(
         )
     if population is True and command != "fit":
         raise StudyError("train.population trains models: it needs train.command: fit")
-    if population is True and len(grid.get(SEED_KEY, [])) < 2:
-        raise StudyError(
+    problem = seed_axis_problem(grid, groups) if population is True else None
+    if problem:
+        raise StudyError(problem)
+
+
+def seed_axis_problem(grid: Mapping[str, list[Any]], groups: Sequence[Sequence[str]]) -> str | None:
+    """Why ``grid`` has no seed axis to train as populations (two or more integer seeds, not
+    zipped with other keys), as the study file's error says it; ``None`` if it has one."""
+    seeds = grid.get(SEED_KEY, [])
+    if len(seeds) < 2:
+        return (
             f"train.population: true trains the seeds of train.grid.{SEED_KEY} as one "
-            f"population, but the grid gives {len(grid.get(SEED_KEY, []))} seed(s): add "
+            f"population, but the grid gives {len(seeds)} seed(s): add "
             f"{SEED_KEY}: [0, 1, ...] to train.grid or remove population"
         )
-    if population is True and not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in grid[SEED_KEY]
-    ):
-        raise StudyError(
-            f"train.population: {SEED_KEY} values must be integers, got {grid[SEED_KEY]}"
-        )
-    if population is True and any(SEED_KEY in g for g in groups):
-        raise StudyError(
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in seeds):
+        return f"train.population: {SEED_KEY} values must be integers, got {seeds}"
+    if any(SEED_KEY in g for g in groups):
+        return (
             f"train.population: {SEED_KEY} is zipped with other keys, so the seeds of one "
             "point are not one population; take it out of train.zip or remove population"
         )
+    return None
 
 
 def on_gpu(resolved_train: Mapping[str, Any]) -> bool:
@@ -110,30 +116,15 @@ def _choose(
     if previous:
         kept = any(j.get("members") for j in previous if j.get("stage") == "train")
         return kept, "as the study's folder was planned"
-    seeds = train.grid.get(SEED_KEY, [])
     if train.command != "fit" or study.spawn:
         return False, "a population is for `fit` studies without spawn stages"
-    if (
-        len(seeds) < 2
-        or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds)
-        or any(SEED_KEY in g for g in train.zip)
-    ):
+    if seed_axis_problem(train.grid, train.zip):
         return False, f"train.grid has no axis of two or more integer {SEED_KEY} values"
     if not on_gpu(resolved_train):
         return False, "the runs train on the CPU, where separate runs are as fast"
     base = config_args(train.configs, train.args)
-    done: set[str] = set()
-    for point in grid_points(train.grid, train.zip):
-        rest = {k: v for k, v in point.items() if k != SEED_KEY}
-        if repr(rest) in done:
-            continue
-        done.add(repr(rest))
-        point_seeds = [
-            p[SEED_KEY]
-            for p in grid_points(train.grid, train.zip)
-            if {k: v for k, v in p.items() if k != SEED_KEY} == rest
-        ]
-        problem = probe([*base, *coord_args(rest), f"--population={json.dumps(point_seeds)}"])
+    for rest, seeds in seed_groups(train.grid, train.zip).values():
+        problem = probe([*base, *coord_args(rest), f"--population={json.dumps(list(seeds))}"])
         if problem:
             where = f" at {rest}" if rest else ""
             return False, f"the model cannot train as a population{where}: {problem}"

@@ -227,12 +227,12 @@ def _population_jobs(study: Study, base: tuple[str, ...]) -> list[Job]:
     train = study.train
     leaders: dict[str, Job] = {}
     jobs = []
-    points = grid_points(train.grid, train.zip)
-    for coords in points:
-        rest = {k: v for k, v in coords.items() if k != SEED_KEY}
+    groups = seed_groups(train.grid, train.zip)
+    for coords in grid_points(train.grid, train.zip):
+        rest = _without_seed(coords)
         key = repr(rest)
         if key not in leaders:
-            seeds = tuple(p[SEED_KEY] for p in points if repr(_without_seed(p)) == key)
+            seeds = groups[key][1]
             args = (*base, *coord_args(rest), f"--population={json.dumps(list(seeds))}")
             jid = job_id(TRAIN_STAGE, "fit", args, (), train.configs)
             leaders[key] = Job(TRAIN_STAGE, "fit", coords, args, (), jid, members=seeds)
@@ -243,6 +243,18 @@ def _population_jobs(study: Study, base: tuple[str, ...]) -> list[Job]:
         jid = job_id(TRAIN_STAGE, MEMBER, args, inputs, train.configs)
         jobs.append(Job(TRAIN_STAGE, MEMBER, coords, args, inputs, jid))
     return jobs
+
+
+def seed_groups(
+    grid: Mapping[str, list[Any]], zip_groups: tuple[tuple[str, ...], ...]
+) -> dict[str, tuple[dict[str, Any], tuple[Any, ...]]]:
+    """Per point of the grid's keys other than the seed (keyed by its ``repr``): that point and
+    its seeds, in grid order (the seeds that train as one population)."""
+    groups: dict[str, tuple[dict[str, Any], list[Any]]] = {}
+    for point in grid_points(grid, zip_groups):
+        rest = _without_seed(point)
+        groups.setdefault(repr(rest), (rest, []))[1].append(point[SEED_KEY])
+    return {k: (rest, tuple(seeds)) for k, (rest, seeds) in groups.items()}
 
 
 def _without_seed(coords: Mapping[str, Any]) -> dict[str, Any]:

@@ -81,7 +81,6 @@ class CapturedStep:
         self.static: tuple[Tensor, Tensor] | None = None
         self.result: tuple[Tensor, Tensor] | None = None
         self.warm = 0
-        self._prepared = False
 
     def takes(self, x: Tensor, y: Tensor) -> bool:
         if self.static is None:
@@ -93,13 +92,11 @@ class CapturedStep:
         x, y = batch
         if not self.takes(x, y):
             return None
-        if not self._prepared:
+        if self.static is None:  # the first batch: its shape is the one recorded
             device_state(optimizer.optimizer, x.device)
-            self._prepared = True
-        if self.graph is None and self.warm < WARMUP_STEPS:
+            self.static = (x.clone(), y.clone())
+        if self.warm < WARMUP_STEPS:  # the graph is recorded after these
             self.warm += 1
-            if self.static is None:
-                self.static = (x.clone(), y.clone())
             return self._side_stream_step(optimizer, x, y)
         sx, sy = self.static
         sx.copy_(x)

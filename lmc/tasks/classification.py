@@ -222,16 +222,17 @@ class TrainTask(LMCTask, ABC):
         if self.automatic_optimization:
             return self._shared_step(batch, "train")
         optimizer = self.optimizers()
-        batch = self._layout(batch)
-        replayed = self._captured_step(optimizer, batch) if self._captured_step else None
-        if replayed is not None:
-            loss = replayed[1]
-            self._record("train", replayed[0], loss, batch[1])
-        else:
+        x, y = self._layout(batch)
+        replayed = self._captured_step(optimizer, (x, y)) if self._captured_step else None
+        if replayed is None:
             optimizer.zero_grad()  # set_to_none, as Lightning's optimizer_zero_grad
-            loss = self._shared_step(batch, "train")
+            out = self(x)
+            loss = self.loss(out, y)
             self.manual_backward(loss)
             optimizer.step()
+        else:
+            out, loss = replayed
+        self._record("train", out, loss, y)
         if self.lr_scheduler is not None:
             # where Lightning's loop steps it: after every step, or after the epoch's last one
             trainer = self.trainer
