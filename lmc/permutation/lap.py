@@ -106,8 +106,10 @@ def sap_solver(cost: np.ndarray, warm: LapSolution | None = None) -> LapSolution
     scipy at n = 512-2048. Warm: given a previous assignment and its duals (``warm.perm``,
     ``warm.v``; ``warm.u`` is recomputed), restore dual feasibility, keep every previous pair
     that stays tight and run augmenting paths only from the freed rows
-    (:mod:`lmc.permutation.lap_sap`). The result is optimal whatever the warm start (exact,
-    stale or garbage duals); only the time depends on it. ``LapSolution.freed`` is the number
+    (:mod:`lmc.permutation.lap_sap`). When the augmenting paths turn out long (nearly flat
+    costs, as trained VGGs' wide layers give), an epsilon-scaling auction computes the duals
+    to finish from instead. The result is optimal whatever the warm start (exact, stale or
+    garbage duals); only the time depends on it. ``LapSolution.freed`` is the number
     of rows that needed an augmenting path.
 
     Rectangular costs are padded with zero-cost rows or columns to a square problem; rows left

@@ -251,3 +251,55 @@ def test_every_registered_solver_is_exact_and_its_duals_certify_it(name):
             reduced = cost - sol.u[:, None] - sol.v[None, :]
             assert reduced.min() >= -1e-9
             assert np.abs(reduced[np.arange(n), sol.perm]).max() <= 1e-9
+
+
+def _flat(n: int, seed: int, spread: float = 0.05) -> np.ndarray:
+    """A nearly flat weight-matching cost ``-(A Bᵀ)`` (a shared mean dominates every unit, as in
+    a trained VGG's wide layers): every augmenting path of a cold solve scans most columns."""
+    rng = np.random.default_rng(seed)
+    a = (1 + spread * rng.normal(size=(n, 64))) * rng.uniform(0.5, 1.5, size=(n, 1))
+    b = (1 + spread * rng.normal(size=(n, 64))) * rng.uniform(0.5, 1.5, size=(n, 1))
+    return -(a @ b.T)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_long_paths_hand_over_to_the_auction_and_finish_exactly(seed):
+    from lmc.permutation.lap_sap import sap_square
+
+    cost = _flat(512, seed)
+    x, u, v, status, _, freed, bids = sap_square(cost)
+    assert status == 0 and freed > 400 and bids > 0  # the kernel stopped and the auction ran
+    sol = LapSolution(x, u, v)
+    _check(cost, sol)
+    x2, *_ = sap_square(cost, auction=False)  # the kernel alone: the same optimum
+    assert cost[np.arange(512), x].sum() == pytest.approx(cost[np.arange(512), x2].sum(), abs=1e-9)
+    # a warm start from garbage duals on the same matrix also hands over, and is exact
+    rng = np.random.default_rng(seed)
+    garbage = LapSolution(rng.permutation(512), None, rng.normal(size=512))
+    _check(cost, sap_solver(cost, warm=garbage))
+
+
+def test_an_auction_stopped_by_its_bid_cap_still_gives_the_exact_optimum(monkeypatch):
+    from lmc.permutation import lap_sap
+
+    cost = _flat(512, 7)
+    monkeypatch.setattr(lap_sap, "AUCTION_MAX_BIDS", 0)  # no bid at all: the kernel finishes
+    x, u, v, status, _, _, bids = lap_sap.sap_square(cost)
+    assert status == 0 and bids == 0
+    _check(cost, LapSolution(x, u, v))
+    monkeypatch.setattr(lap_sap, "AUCTION_MAX_BIDS", 1)  # stopped mid-phase: rows left free
+    x, u, v, status, _, _, bids = lap_sap.sap_square(cost)
+    assert status == 0 and bids == 512
+    _check(cost, LapSolution(x, u, v))
+
+
+def test_the_auction_on_constant_or_offset_costs():
+    from lmc.permutation.lap_sap import auction_start
+
+    x, v = np.full(200, -1), np.zeros(200)
+    assert auction_start(np.full((200, 200), 3.0), x, v) == 0  # nothing to bid for
+    cost = _flat(300, 1) + 1e9  # huge offset: the last epsilon stays above the duals' rounding
+    x, v = np.full(300, -1), np.zeros(300)
+    bids = auction_start(cost, x, v)
+    assert 0 < bids <= 200 * 300
+    _check(cost, sap_solver(cost, warm=LapSolution(x, None, v)))
