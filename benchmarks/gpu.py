@@ -17,6 +17,9 @@ says so, and the others still run. The parts:
 * ``train_resnet20``: the same for ResNet-20 x1 on a fake CIFAR-10 of 20k images.
 * ``population``: 64 MNIST MLPs as one ``--population`` run against 64 sequential runs
   (``population_speedup_64``).
+* ``population_profile``: ``benchmarks/population_profile.py``: where that population run's
+  time goes (building the members, training, evaluating, writing them; the step's profile in
+  the log).
 * ``wm``: ``benchmarks/weight_matching.py --only-trained --device cuda``: repeated matching of
   trained ResNet-20 x16 (``wm_repeat_speedup_resnet20x16_trained``, 3 calls) and the cold call on
   trained VGG-11 x4 (``wm_vgg11x4_trained_cold_s``; its repeated calls are left out: plain
@@ -86,6 +89,18 @@ PARTS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         {
             "many_models_speedup_mlp": "population_speedup_64",
             "max_abs_diff_mlp": "population_max_abs_diff_64",
+        },
+    ),
+    "population_profile": (
+        [PY, "benchmarks/population_profile.py", "--device", "cuda", "--members", "64"],
+        90,
+        {
+            "total_s": "population_64_total_s",
+            "build_s": "population_64_build_s",
+            "train_s": "population_64_train_s",
+            "step_ms": "population_64_step_ms",
+            "evaluate_s": "population_64_evaluate_s",
+            "write_s": "population_64_write_s",
         },
     ),
     "wm": (

@@ -61,3 +61,20 @@ def test_the_cpu_proxy_prints_lmc_and_the_plain_loop_per_step(tmp_path, monkeypa
         1e6 * values["lmc_epoch_s_tiny"] / steps, rel=1e-3
     )
     assert all(v > 0 for v in values.values())
+
+
+def test_the_population_profile_splits_the_run_into_its_phases(tmp_path, monkeypatch, capsys):
+    from benchmarks import population_profile
+
+    monkeypatch.setenv("LMC_DATA_DIR", str(copy_shared_mnist(tmp_path)))
+    population_profile.main_cli(["--members", "2", "--profile-steps", "2", "--no-warm-up"])
+    out = capsys.readouterr().out
+    assert "aten::" in out  # the profiler's tables
+    values = gpu.last_line_values(out.strip().splitlines()[-1])
+    assert values["device"] == "cpu" and values["members"] == "2"
+    phases = ["build_s", "train_s", "evaluate_s", "write_s", "replay_s", "other_s", "profile_s"]
+    seconds = {k: float(values[k]) for k in ["total_s", *phases, "step_ms"]}
+    assert all(seconds[k] > 0 for k in ["build_s", "train_s", "evaluate_s", "write_s", "step_ms"])
+    # exclusive phases: they add up to the run's wall time
+    assert sum(seconds[k] for k in phases) == pytest.approx(seconds["total_s"], abs=0.01)
+    assert seconds["other_s"] >= 0
