@@ -12,10 +12,12 @@ read like any other run. This is the CLI glue; the algorithm is in :mod:`lmc.pop
 from __future__ import annotations
 
 import copy
+import io
 import re
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -343,26 +345,47 @@ class PopulationFit:
         first = self._dump(cfg)  # one dump (~0.2 s); the members' configs differ in the seed
         config_of = member_configs(first)
         self._member_cfg = yaml.safe_load(first)
-        for k, (seed, task) in enumerate(zip(self.seeds, self.tasks)):
-            folder = self.member_dir(seed)
-            text = config_of(seed)
-            atomic_write(folder / "config.yaml", lambda f, text=text: f.write(text), mode="w")
-            load_state(task.net, member_state(self.params, self.buffers, k))
-            ckpt = {
-                "epoch": epoch,
-                "global_step": step,
-                "pytorch-lightning_version": L.__version__,
-                "state_dict": {n: v.detach().cpu() for n, v in task.state_dict().items()},
-                "optimizer_states": [_to_cpu(member_optimizer_state(opt_state, params, k))],
-                "lr_schedulers": scheds,
-                "hparams_name": "kwargs",
-                "hyper_parameters": _plain(dict(task.hparams)),
-                "population": {"seeds": list(self.seeds), "member": k},
-            }
-            for name in (f"epoch={epoch}-step={step}.ckpt", "last.ckpt"):
-                atomic_write(
-                    folder / "checkpoints" / name, lambda f, ckpt=ckpt: torch.save(ckpt, f)
+        names = (f"epoch={epoch}-step={step}.ckpt", "last.ckpt")
+        # the members' files are written WRITERS at a time in threads (serialising, writing and
+        # flushing them to disk is most of the time: 2.5 s of a 7.6 s run of 64 MNIST MLPs on
+        # an H100 host, one member after the other), WRITERS members' checkpoints in memory
+        with ThreadPoolExecutor(WRITERS, thread_name_prefix="lmc-members") as pool:
+            pending: list[Future[None]] = []
+            for k, (seed, task) in enumerate(zip(self.seeds, self.tasks)):
+                load_state(task.net, member_state(self.params, self.buffers, k))
+                ckpt = {
+                    "epoch": epoch,
+                    "global_step": step,
+                    "pytorch-lightning_version": L.__version__,
+                    "state_dict": {n: v.detach().cpu() for n, v in task.state_dict().items()},
+                    "optimizer_states": [_to_cpu(member_optimizer_state(opt_state, params, k))],
+                    "lr_schedulers": scheds,
+                    "hparams_name": "kwargs",
+                    "hyper_parameters": _plain(dict(task.hparams)),
+                    "population": {"seeds": list(self.seeds), "member": k},
+                }
+                if len(pending) == WRITERS:
+                    pending.pop(0).result()
+                pending.append(
+                    pool.submit(_write_member, self.member_dir(seed), config_of(seed), ckpt, names)
                 )
+            for job in pending:
+                job.result()
+
+
+#: member folders written at once by :meth:`PopulationFit._write_members`
+WRITERS = 8
+
+
+def _write_member(folder: Path, config: str, ckpt: dict[str, Any], names: Sequence[str]) -> None:
+    """One member's ``config.yaml`` and its checkpoint under each of ``names`` (serialised
+    once: the files are byte for byte the same), each written atomically and flushed."""
+    atomic_write(folder / "config.yaml", lambda f: f.write(config), mode="w")
+    buffer = io.BytesIO()
+    torch.save(ckpt, buffer)
+    data = buffer.getbuffer()
+    for name in names:
+        atomic_write(folder / "checkpoints" / name, lambda f: f.write(data))
 
 
 def member_configs(first: str) -> Callable[[int], str]:

@@ -121,6 +121,11 @@ def _assert_members_equal_sequential(pop: Path, seq: dict[int, Path], gpu: bool 
     for seed in SEEDS:
         member = pop / "members" / f"seed={seed}"
         mine = load_checkpoint(member / "checkpoints" / "last.ckpt")  # weights_only=True
+        # the twin's checkpoint files, by name; the member's (written in threads) all equal
+        names = sorted(f.name for f in (member / "checkpoints").glob("*.ckpt"))
+        assert names == sorted(f.name for f in (seq[seed] / "checkpoints").glob("*.ckpt"))
+        assert len(names) == 2
+        assert len({(member / "checkpoints" / n).read_bytes() for n in names}) == 1
         theirs = load_checkpoint(seq[seed] / "checkpoints" / "last.ckpt")
         assert mine["state_dict"].keys() == theirs["state_dict"].keys()
         for key, value in theirs["state_dict"].items():
