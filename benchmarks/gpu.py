@@ -97,10 +97,14 @@ PARTS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         {
             "total_s": "population_64_total_s",
             "build_s": "population_64_build_s",
+            "instantiate_s": "population_64_instantiate_s",
+            "data_s": "population_64_data_s",
+            "to_device_s": "population_64_to_device_s",
             "train_s": "population_64_train_s",
             "step_ms": "population_64_step_ms",
             "evaluate_s": "population_64_evaluate_s",
             "write_s": "population_64_write_s",
+            "replay_s": "population_64_replay_s",
         },
     ),
     "wm": (

@@ -2,8 +2,10 @@
 population of ``--members`` MNIST MLPs (configs/mnist/mlp.yaml) trained ``--epochs`` epochs
 through the CLI, and a profile of its training steps.
 
-Phases (wall time, the device synchronised at each end): building the members (``PopulationFit``:
-every member's config instantiated, stacked, checked), training (``train_population``), the
+Phases (wall time, the device synchronised at each end; each exclusive of the phases it calls):
+building the members (``PopulationFit``: ``instantiate`` their configs, read the training
+``data`` and check the first member, stack them and move them ``to_device``, ``build`` the
+rest), training (``train_population``), the
 evaluations (validation each epoch, test after fit), writing the members (checkpoints, configs)
 and replaying their metrics to their own loggers; ``other`` is the rest of the CLI run. Then
 ``--profile-steps`` more training steps of the same population under ``torch.profiler``: the
@@ -11,8 +13,8 @@ top operators by device and by host time (printed), and the step's wall time.
 
 Run ``python benchmarks/population_profile.py`` (``--device cuda`` on a GPU machine: the CPU
 default is for a smoke test). The last line is ``device=... members=... total_s=...
-build_s=... train_s=... evaluate_s=... write_s=... replay_s=... other_s=... step_ms=...
-profile_s=...`` (the phases, ``other`` and the profiled steps add up to the total).
+build_s=... instantiate_s=... data_s=... to_device_s=... train_s=... evaluate_s=... write_s=...
+replay_s=... other_s=... step_ms=... profile_s=...`` (the phases, ``other`` and the profiled steps add up to the total).
 """
 
 from __future__ import annotations
@@ -32,7 +34,16 @@ import lmc.population.fit as fit  # noqa: E402
 from benchmarks._endpoints import require_data  # noqa: E402
 from lmc.cli import main  # noqa: E402
 
-PHASES = {"build": 0.0, "train": 0.0, "evaluate": 0.0, "write": 0.0, "replay": 0.0}
+PHASES = {
+    "build": 0.0,  # the rest of building: checks, the first member's data module, stacking
+    "instantiate": 0.0,  # the members' configs instantiated (their tasks)
+    "data": 0.0,  # the training data read into memory and the first member checked
+    "to_device": 0.0,  # stacked members, optimizer and data moved to the device
+    "train": 0.0,
+    "evaluate": 0.0,
+    "write": 0.0,
+    "replay": 0.0,
+}
 
 
 def _sync() -> None:
@@ -128,6 +139,10 @@ def main_cli(argv: list[str] | None = None) -> None:
     fit.train_population = train
     cls = fit.PopulationFit
     cls.__init__ = _timed("build", cls.__init__)  # type: ignore[method-assign]
+    cls._instantiate = _timed("instantiate", cls._instantiate)  # type: ignore[method-assign]
+    cls._task = _timed("instantiate", cls._task)  # type: ignore[method-assign]
+    cls._check_first = _timed("data", cls._check_first)  # type: ignore[method-assign]
+    cls._setup = _timed("to_device", cls._setup)  # type: ignore[method-assign]
     cls._evaluate = _timed("evaluate", cls._evaluate)  # type: ignore[method-assign]
     cls._write_members = _timed("write", cls._write_members)  # type: ignore[method-assign]
     cls._log_members = _timed("replay", cls._log_members)  # type: ignore[method-assign]

@@ -25,6 +25,7 @@ from typing import Any
 import lightning as L
 import torch
 import yaml
+from jsonargparse import Namespace
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
@@ -100,7 +101,13 @@ class PopulationFit:
         self.history: list[tuple[int, dict[str, float]]] = []  # what was logged, to replay
         self.device = choose_device(self.cfg.trainer.get("accelerator"))
         x, y = self._check_first()  # data, vmap and memory: before the other members exist
-        self.tasks += [self._instantiate(seed).model for seed in self.seeds[1:]]
+        # the other members need their task alone: built from the model's config when that
+        # gives member 0 its task's exact weights (nothing instantiated before the model draws
+        # from the seeded generators), else from the whole config as the CLI would
+        alone = len(self.seeds) > 1 and _same_state(first.model, self._task(self.seeds[0]))
+        build = self._task if alone else (lambda seed: self._instantiate(seed).model)
+        self.built_from = "model" if alone else "config"
+        self.tasks += [build(seed) for seed in self.seeds[1:]]
         self._setup(x, y)  # every check before any folder is made
 
     def _instantiate(self, seed: int) -> Any:
@@ -110,6 +117,16 @@ class PopulationFit:
         seed_everything(seed, workers=True)
         init = self.cli.parser.instantiate_classes(config)
         return init[self.sub] if self.sub else init
+
+    def _task(self, seed: int) -> Any:
+        """Member ``seed``'s task alone, instantiated from the model's config after seeding
+        (half the time of the whole config's: 6 of 12 ms a member for the MNIST MLP)."""
+        config = Namespace(model=copy.deepcopy(self.cfg.model))
+        if self.sub:
+            config = Namespace(**{self.sub: config})
+        seed_everything(seed, workers=True)
+        init = self.cli.parser.instantiate_classes(config)
+        return (init[self.sub] if self.sub else init).model
 
     def _check_parameters_fit(self) -> None:
         """Refuse at once a population whose parameters, gradients and optimizer state alone
@@ -371,6 +388,12 @@ class PopulationFit:
                 )
             for job in pending:
                 job.result()
+
+
+def _same_state(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    """Whether two modules hold equal state dicts (the same keys, equal tensors)."""
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
 #: member folders written at once by :meth:`PopulationFit._write_members`

@@ -5,6 +5,7 @@ inputs stop before training with a clear message."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -451,3 +452,42 @@ def test_population_is_for_fit_only(tmp_path):
             "--population=[0, 1]",
             f"--trainer.default_root_dir={tmp_path}",
         )
+
+
+@pytest.mark.parametrize("alone_differs", [False, True])
+def test_members_are_built_from_the_model_config_only_when_that_is_exact(
+    tmp_path, monkeypatch, alone_differs
+):
+    """The other members' tasks are instantiated from the model's config alone (half the
+    time) when that gives member 0 exactly its task from the whole config; when it does not
+    (simulated: the generator moves between seeding and the model, as a class instantiated
+    before the model that draws at init would make it), every member is built from the whole
+    config. Either way each member has the weights the CLI's whole build gives its seed."""
+    import lmc.population.fit as fit
+
+    if alone_differs:
+        real_seed = fit.seed_everything
+
+        def seed_then_draw(seed, workers=False):
+            out = real_seed(seed, workers=workers)
+            if sys._getframe(1).f_code.co_name == "_task":
+                torch.rand(1)
+            return out
+
+        monkeypatch.setattr(fit, "seed_everything", seed_then_draw)
+    seen = {}
+    real_setup = fit.PopulationFit._setup
+
+    def spy(self, x, y):
+        seen["from"] = self.built_from
+        for seed, task in zip(self.seeds, self.tasks):  # against the whole config's build
+            whole = self._instantiate(seed).model.net.state_dict()
+            for key, value in task.net.state_dict().items():
+                torch.testing.assert_close(value, whole[key], rtol=0, atol=0)
+            seen.setdefault("checked", []).append(seed)
+        return real_setup(self, x, y)
+
+    monkeypatch.setattr(fit.PopulationFit, "_setup", spy)
+    run_cli(*_args(TEACHER, None, tmp_path, "--population=[3, 4, 5]"))
+    assert seen["from"] == ("config" if alone_differs else "model")
+    assert seen["checked"] == [3, 4, 5]
