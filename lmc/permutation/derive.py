@@ -54,7 +54,8 @@ _ACTIVATIONS = (
     nn.Tanhshrink, nn.LogSigmoid,
 )  # fmt: skip
 _PASS_MODULES = (
-    nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout,
+    nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout, nn.Upsample,
+    nn.Softmax, nn.LogSoftmax,
     nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d,
     nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,
 )  # fmt: skip
@@ -64,16 +65,24 @@ _ELEMENTWISE_FUNCTIONS = {
     F.tanh, torch.relu, torch.sigmoid, torch.tanh, torch.nn.functional.relu_,
     F.max_pool1d, F.max_pool2d, F.avg_pool1d, F.avg_pool2d, F.adaptive_avg_pool1d,
     F.adaptive_avg_pool2d, F.adaptive_max_pool1d, F.adaptive_max_pool2d, torch.clone,
+    torch.exp, torch.log, torch.abs, torch.sqrt, torch.rsqrt, torch.square, operator.neg,
+    # along the features' axis they sum over all features, along any other each feature alone:
+    # either way a permutation of the features permutes the result the same way
+    F.softmax, F.log_softmax, torch.softmax, torch.log_softmax, F.normalize,
+    F.interpolate, F.upsample,  # the spatial axes (a parameter resized is not a feature)
 }  # fmt: skip
 _ELEMENTWISE_NAMES = {"stochastic_depth"}  # torchvision.ops (fx-wrapped): scales whole samples
 _BINARY_FUNCTIONS = {
     operator.add, operator.iadd, operator.sub, operator.isub, operator.mul, operator.imul,
     operator.truediv, operator.itruediv, torch.add, torch.sub, torch.mul, torch.div,
+    operator.pow, torch.pow,
 }  # fmt: skip
 _ELEMENTWISE_METHODS = {
     "relu", "relu_", "sigmoid", "tanh", "clone", "contiguous", "detach", "float", "to",
+    "exp", "log", "abs", "sqrt", "rsqrt", "square", "neg", "sigmoid_", "tanh_", "half",
+    "softmax", "log_softmax", "type_as",
 }  # fmt: skip
-_BINARY_METHODS = {"add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_"}
+_BINARY_METHODS = {"add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "pow"}
 _SHAPE_METHODS = {"size", "dim"}
 _TENSOR_ATTRIBUTES = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout"}
 _TORCHVISION_FUNCTIONS = {  # wrapped by torch.fx (one node each): name -> rule
@@ -287,6 +296,8 @@ class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
         name = getattr(fn, "__name__", "")
         if fn in _BINARY_FUNCTIONS:
             return self._broadcast(node, list(node.args[:2]))
+        if fn in (torch.addcmul, torch.addcdiv):  # input + value * t1 (* or /) t2
+            return self._broadcast(node, list(node.args[:3]))
         if fn in _ELEMENTWISE_FUNCTIONS or name in _ELEMENTWISE_NAMES:
             return self._in(node) if isinstance(self.val.get(node.args[0]), Feature) else None
         if fn is torch.flatten:
@@ -301,6 +312,8 @@ class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
             return self._view(node)
         if fn in (torch.mean, torch.amax, torch.sum):
             return self._reduce(node)
+        if fn in (torch.norm, torch.linalg.vector_norm):
+            return self._reduce(node, at=2)
         if fn is F.layer_norm:
             v = self._in(node)
             shp = _arg(node, 1, "normalized_shape")
@@ -356,8 +369,22 @@ class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
             return ParamUse(src.key, src.ndim, len(_shape(node) or ()) - src.ndim)
         if name in ("mean", "amax", "sum"):
             return self._reduce(node)
+        if name == "norm":
+            return self._reduce(node, at=2)
         if name in ("chunk", "split"):
             return self._split(node, _arg(node, 2, "dim", 0))
+        if name == "repeat" and isinstance(src, (Feature, ParamUse)):
+            sizes = node.args[1:]
+            sizes = sizes[0] if len(sizes) == 1 and isinstance(sizes[0], (list, tuple)) else sizes
+            shape = _shape(node.args[0]) or sizes
+            extra = len(sizes) - len(shape)  # new leading axes
+            if isinstance(src, ParamUse):  # only its axes of size 1 repeated (a broadcast)
+                if extra >= 0 and all(sizes[extra + k] == 1 for k, n in enumerate(shape) if n > 1):
+                    return ParamUse(src.key, src.ndim, src.offset + extra)
+            elif self._fixed(src.space):
+                return src
+            elif extra >= 0 and sizes[extra + src.axis] == 1:  # the features' axis not repeated
+                return Feature(src.space, src.axis + extra)
         if isinstance(src, Feature) and not self._fixed(src.space):
             raise self.err(f"cannot derive how a permutation passes through method .{name}()")
         return self._generic(node)

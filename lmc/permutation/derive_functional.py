@@ -47,6 +47,12 @@ class FunctionalRules:
         v = self._in(node)
         shape_in = _shape(node.args[0]) if node.args else None
         nd = len(shape_in) if shape_in else 2
+        if v.axis != nd - 1 and not self.sp.is_fixed(v.space):
+            # it mixes another axis (MLP-Mixer's tokens), each feature alone: the features
+            # pass through on their axis, and the layer's own units stay in their order (a
+            # tensor carries one permuted axis)
+            self.sp.fix(self._layer(target, self.sp.FIXED, lambda: self.sp.FIXED)[1])
+            return v
         s_in = self._on_axis(v, nd - 1, "Linear")
         s_in, s_out = self._layer(target, s_in, lambda: self.sp.new(out_features, target))
         out = Feature(s_out, nd - 1)

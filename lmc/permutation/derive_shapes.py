@@ -161,7 +161,15 @@ class ShapeRules:
         feats = [
             (a, v) for a in operands if isinstance(v := self.val.get(a), Feature) and a is not None
         ]
-        live = [(a, v) for a, v in feats if not self._fixed(v.space)]
+        live = []
+        for a, v in feats:
+            shp = _shape(a) or ()
+            if self._fixed(v.space):
+                continue
+            if shp and shp[v.axis] == 1 and out and out[v.axis + nd - len(shp)] > 1:
+                self.sp.fix(v.space)  # one unit broadcast over the features (FocalNet's gate)
+                continue
+            live.append((a, v))
         if not live:
             return Feature(Spaces.FIXED, feats[0][1].axis) if feats else self._generic(node)
         axes = {v.axis + nd - len(_shape(a) or out or ()) for a, v in live}
@@ -254,12 +262,18 @@ class ShapeRules:
         parts = self.sp.split(v.space, [s[dim] for s in shapes])
         return Several(tuple(Feature(p, dim) for p in parts))
 
-    def _reduce(self, node: fx.Node) -> Feature:
+    def _reduce(self, node: fx.Node, at: int = 1) -> Feature:
+        """A reduction (mean, sum, max, a norm) over ``dim`` (argument ``at``, ``keepdim``
+        the next): over other axes the features keep their permutation; over the features'
+        axis the result is the same whatever their order (a permutation-invariant value, GRN's
+        mean of the channels' norms)."""
         v = self._in(node)
-        dims = _arg(node, 1, "dim")
+        dims = _arg(node, at, "dim")
         nd = len(_shape(node.args[0]) or (0,) * 4)
         dims = (dims,) if isinstance(dims, int) else tuple(dims or ())
-        if not dims or any(d % nd in (0, v.axis) for d in dims):
-            raise self.err("reductions over the batch or the permuted axis are not supported")
-        keep = _arg(node, 2, "keepdim", False)
+        if not dims or any(d % nd == 0 for d in dims):
+            raise self.err("reductions over the batch axis (or all axes) are not supported")
+        keep = _arg(node, at + 1, "keepdim", False)
+        if any(d % nd == v.axis for d in dims):
+            return Feature(self.sp.FIXED, v.axis)
         return Feature(v.space, v.axis if keep else v.axis - sum(d % nd < v.axis for d in dims))

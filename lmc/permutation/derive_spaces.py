@@ -128,6 +128,10 @@ class Spaces:
         if ra == self.FIXED or rb == self.FIXED:
             self.fix(rb if ra == self.FIXED else ra)
             return
+        if self.size[ra] != self.size[rb]:  # no rule should ask this; never a wrong spec
+            self.fix(ra)
+            self.fix(rb)
+            return
         ka, kb = self.kind[ra], self.kind[rb]
         if ka is None and kb is None:
             lo, hi = min(ra, rb), max(ra, rb)  # the older leaf names the group
