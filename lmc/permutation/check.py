@@ -103,12 +103,33 @@ def _no_functional_dropout(on: bool) -> Iterator[None]:
             setattr(F, n, fn)
 
 
+def _untied(model: nn.Module, state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """``state`` with one name per tensor the model shares between modules (CoaT's shared
+    position encoding): ``functional_call`` takes each shared tensor once. The names of one
+    shared tensor must have been permuted alike, else the spec is wrong (checked here)."""
+    first: dict[int, str] = {}
+    shared: set[str] = set()
+    for name, t in model.state_dict(keep_vars=True).items():
+        if name not in state:
+            continue
+        if id(t) in first:
+            shared.add(name)
+            if not torch.equal(state[name], state[first[id(t)]]):
+                raise SpecCheckError(
+                    f"{name!r} and {first[id(t)]!r} are one shared tensor, but the spec "
+                    "permutes them differently"
+                )
+            continue
+        first[id(t)] = name
+    return {k: v for k, v in state.items() if k not in shared}
+
+
 def _forward(
     model: nn.Module, state: Mapping[str, Tensor], x: tuple[Tensor, ...], train: bool
 ) -> Tensor:
     # buffers are cloned: train-mode BatchNorm updates running stats in the tensors it is given
     buffers = dict(model.named_buffers())
-    state = {k: v.clone() if k in buffers else v for k, v in state.items()}
+    state = {k: v.clone() if k in buffers else v for k, v in _untied(model, state).items()}
     was = model.training
     model.train(train)
     if train:  # dropout masks would not follow the permutation; keep them off

@@ -26,7 +26,14 @@ from torch import Tensor, fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from lmc.permutation.derive_attention import AttentionRules, is_fused_qkv_attention
-from lmc.permutation.derive_functional import FunctionalRules
+from lmc.permutation.derive_functional import FunctionalRules, aliases
+from lmc.permutation.derive_ops import ACTIVATIONS as _ACTIVATIONS
+from lmc.permutation.derive_ops import BINARY_FUNCTIONS as _BINARY_FUNCTIONS
+from lmc.permutation.derive_ops import BINARY_METHODS as _BINARY_METHODS
+from lmc.permutation.derive_ops import ELEMENTWISE_FUNCTIONS as _ELEMENTWISE_FUNCTIONS
+from lmc.permutation.derive_ops import ELEMENTWISE_METHODS as _ELEMENTWISE_METHODS
+from lmc.permutation.derive_ops import ELEMENTWISE_NAMES as _ELEMENTWISE_NAMES
+from lmc.permutation.derive_ops import PASS_MODULES as _PASS_MODULES
 from lmc.permutation.derive_shapes import ShapeRules
 from lmc.permutation.derive_spaces import (
     Feature,
@@ -48,41 +55,6 @@ class SpecDerivationError(ValueError):
     """The model contains an operation whose permutation behaviour is unknown."""
 
 
-_ACTIVATIONS = (
-    nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU, nn.Mish,
-    nn.Sigmoid, nn.Tanh, nn.Softplus, nn.Softsign, nn.Hardtanh, nn.Hardswish, nn.Hardsigmoid,
-    nn.Tanhshrink, nn.LogSigmoid,
-)  # fmt: skip
-_PASS_MODULES = (
-    nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout, nn.Upsample,
-    nn.Softmax, nn.LogSoftmax,
-    nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d,
-    nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,
-)  # fmt: skip
-_ELEMENTWISE_FUNCTIONS = {
-    F.relu, F.relu6, F.leaky_relu, F.elu, F.selu, F.celu, F.gelu, F.silu, F.mish, F.softplus,
-    F.hardtanh, F.hardswish, F.hardsigmoid, F.dropout, F.dropout1d, F.dropout2d, F.sigmoid,
-    F.tanh, torch.relu, torch.sigmoid, torch.tanh, torch.nn.functional.relu_,
-    F.max_pool1d, F.max_pool2d, F.avg_pool1d, F.avg_pool2d, F.adaptive_avg_pool1d,
-    F.adaptive_avg_pool2d, F.adaptive_max_pool1d, F.adaptive_max_pool2d, torch.clone,
-    torch.exp, torch.log, torch.abs, torch.sqrt, torch.rsqrt, torch.square, operator.neg,
-    # along the features' axis they sum over all features, along any other each feature alone:
-    # either way a permutation of the features permutes the result the same way
-    F.softmax, F.log_softmax, torch.softmax, torch.log_softmax, F.normalize,
-    F.interpolate, F.upsample,  # the spatial axes (a parameter resized is not a feature)
-}  # fmt: skip
-_ELEMENTWISE_NAMES = {"stochastic_depth"}  # torchvision.ops (fx-wrapped): scales whole samples
-_BINARY_FUNCTIONS = {
-    operator.add, operator.iadd, operator.sub, operator.isub, operator.mul, operator.imul,
-    operator.truediv, operator.itruediv, torch.add, torch.sub, torch.mul, torch.div,
-    operator.pow, torch.pow,
-}  # fmt: skip
-_ELEMENTWISE_METHODS = {
-    "relu", "relu_", "sigmoid", "tanh", "clone", "contiguous", "detach", "float", "to",
-    "exp", "log", "abs", "sqrt", "rsqrt", "square", "neg", "sigmoid_", "tanh_", "half",
-    "softmax", "log_softmax", "type_as",
-}  # fmt: skip
-_BINARY_METHODS = {"add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "pow"}
 _SHAPE_METHODS = {"size", "dim"}
 _TENSOR_ATTRIBUTES = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout"}
 _TORCHVISION_FUNCTIONS = {  # wrapped by torch.fx (one node each): name -> rule
@@ -111,6 +83,7 @@ class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
         self.buffers: dict[fx.Node, str] = {}  # get_attr of a state-dict buffer -> its key
         # the state dict's shapes (its keys: buffers, not the constants fx made attributes)
         self.shapes = {k: tuple(t.shape) for k, t in model.state_dict().items()}
+        self.aliases = aliases(model)  # names of one tensor shared by modules: one spec
         self.node: fx.Node | None = None
 
     # -- helpers -------------------------------------------------------------------------
@@ -171,6 +144,8 @@ class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
             return self._linear(node, target, mod.out_features, f"{target}.weight", bias)
         if isinstance(mod, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
             return self._conv(node, target, mod)
+        if isinstance(mod, (nn.ConvTranspose1d, nn.ConvTranspose2d)) and mod.groups == 1:
+            return self._conv_transpose(node, target, mod)
         if isinstance(
             mod, (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)
         ):
@@ -336,11 +311,23 @@ class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
                 return src.items[node.args[1]]
             if isinstance(src, Feature) and not self._fixed(src.space):
                 return self._index(node, src)
+            index = node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],)
+            if isinstance(src, ParamUse) and any(isinstance(i, fx.Node) for i in index):
+                return None  # a table gathered by an index tensor (relative position biases):
+                # a constant that keeps its order, fixing what it meets
             return self._generic(node)
         if fn is getattr and node.args[1] in _TENSOR_ATTRIBUTES:
             return None
         if fn in (torch.chunk, torch.split):
             return self._split(node, _arg(node, 2, "dim", 0))
+        if fn in (operator.matmul, torch.matmul, torch.bmm):
+            return self._matmul(node)
+        if fn is F.scaled_dot_product_attention:
+            return self._sdpa(node)
+        if fn is torch.roll:  # Swin's shifted windows: a shift of other axes moves no feature
+            return self._along(node, _arg(node, 2, "dims"))
+        if fn is torch.unbind:
+            return self._unbind(node, _arg(node, 1, "dim", 0))
         rule = _TORCHVISION_FUNCTIONS.get(name)
         if rule and getattr(fn, "__module__", "").startswith("torchvision."):
             return getattr(self, rule)(node)
@@ -373,18 +360,16 @@ class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
             return self._reduce(node, at=2)
         if name in ("chunk", "split"):
             return self._split(node, _arg(node, 2, "dim", 0))
-        if name == "repeat" and isinstance(src, (Feature, ParamUse)):
-            sizes = node.args[1:]
-            sizes = sizes[0] if len(sizes) == 1 and isinstance(sizes[0], (list, tuple)) else sizes
-            shape = _shape(node.args[0]) or sizes
-            extra = len(sizes) - len(shape)  # new leading axes
-            if isinstance(src, ParamUse):  # only its axes of size 1 repeated (a broadcast)
-                if extra >= 0 and all(sizes[extra + k] == 1 for k, n in enumerate(shape) if n > 1):
-                    return ParamUse(src.key, src.ndim, src.offset + extra)
-            elif self._fixed(src.space):
-                return src
-            elif extra >= 0 and sizes[extra + src.axis] == 1:  # the features' axis not repeated
-                return Feature(src.space, src.axis + extra)
+        if name == "repeat" and (out := self._repeat(node, src)) is not None:
+            return out
+        if name in ("matmul", "bmm"):
+            return self._matmul(node)
+        if name == "unbind":
+            return self._unbind(node, _arg(node, 1, "dim", 0))
+        if name == "roll":
+            return self._along(node, _arg(node, 2, "dims"))
+        if name == "repeat_interleave":
+            return self._along(node, _arg(node, 2, "dim"))
         if isinstance(src, Feature) and not self._fixed(src.space):
             raise self.err(f"cannot derive how a permutation passes through method .{name}()")
         return self._generic(node)
@@ -414,6 +399,7 @@ class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
                     self.val[node] = getattr(self, node.op)(node)
                 except NotExpressible as e:
                     raise self.err(str(e)) from None
+        self.members += [(o, *m[1:]) for m in self.members for o in self.aliases.get(m[0], ())]
         try:
             return spec_from(self.sp, self.shapes, self.members, self.points)
         except NotExpressible as e:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch.nn.functional as F
-from torch import fx
+from torch import fx, nn
 
 from lmc.permutation.derive_spaces import Feature, ParamUse, Spaces, node_arg, node_shape
 
@@ -61,6 +61,17 @@ class FunctionalRules:
         if bias is not None:
             self._param("", bias, (s_out,))
         return out
+
+    def _conv_transpose(self, node: fx.Node, target: str, mod: nn.Module) -> Feature:
+        """A transposed convolution (one group): its weight is ``(in, out, kernel...)``."""
+        s_in, s_out = self._layer(
+            target, self._on_axis(self._in(node), 1, "ConvTranspose"),
+            lambda: self.sp.new(mod.out_channels, target),
+        )  # fmt: skip
+        self._param(target, "weight", (s_in, s_out, *(None,) * (mod.weight.ndim - 2)))
+        if mod.bias is not None:
+            self._param(target, "bias", (s_out,))
+        return Feature(s_out, 1)
 
     def _functional_linear(self, node: fx.Node) -> Feature:
         """``F.linear(x, weight, bias)`` on a module's parameters (timm's ``Linear`` casts its
@@ -121,3 +132,14 @@ class FunctionalRules:
         if module:  # an activation point, as a norm module's
             self._point(module, v, 1)
         return v
+
+
+def aliases(model: nn.Module) -> dict[str, list[str]]:
+    """State-dict name -> the other names of the same tensor (a module registered twice):
+    whatever the graph calls it, every name gets its permutation."""
+    names: dict[int, list[str]] = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        names.setdefault(id(t), []).append(name)
+    return {
+        n: [o for o in group if o != n] for group in names.values() if len(group) > 1 for n in group
+    }

@@ -1,7 +1,8 @@
 """Shape operations for :func:`~lmc.permutation.derive_spec`: how a channel space moves through
 ``flatten``/``view``/``reshape`` (blocks of features), ``permute``/``transpose`` (the feature
-axis moves), broadcasting, ``torch.cat`` (concatenated spaces), indexing, ``split`` and
-reductions (see :mod:`lmc.permutation.derive` for the spaces themselves)."""
+axis moves), broadcasting, ``torch.cat`` (concatenated spaces), indexing, ``split``/``unbind``,
+``repeat``, reductions and matrix products (attention's ``q @ k.T`` and ``attn @ v``; see
+:mod:`lmc.permutation.derive` for the spaces themselves)."""
 
 from __future__ import annotations
 
@@ -277,3 +278,125 @@ class ShapeRules:
         if any(d % nd == v.axis for d in dims):
             return Feature(self.sp.FIXED, v.axis)
         return Feature(v.space, v.axis if keep else v.axis - sum(d % nd < v.axis for d in dims))
+
+    def _repeat(self, node: fx.Node, src: Any) -> Feature | ParamUse | None:
+        """``repeat`` of the axes that carry no permutation (``None``: not such a repeat)."""
+        if not isinstance(src, (Feature, ParamUse)):
+            return None
+        sizes = node.args[1:]
+        sizes = sizes[0] if len(sizes) == 1 and isinstance(sizes[0], (list, tuple)) else sizes
+        shape = _shape(node.args[0]) or sizes
+        extra = len(sizes) - len(shape)  # new leading axes
+        if extra < 0:
+            return None
+        if isinstance(src, ParamUse):  # only its axes of size 1 repeated (a broadcast)
+            if all(sizes[extra + k] == 1 for k, n in enumerate(shape) if n > 1):
+                return ParamUse(src.key, src.ndim, src.offset + extra)
+            return None
+        if self._fixed(src.space) or sizes[extra + src.axis] == 1:  # its axis not repeated
+            return Feature(src.space, src.axis + extra)
+        return None
+
+    def _unbind(self, node: fx.Node, dim: int) -> Several | None:
+        """``unbind``: one tensor per index of ``dim`` (attention's ``q, k, v = qkv.unbind(0)``)
+        each with the features' axis (shifted down past ``dim``); unbinding the features' own
+        axis singles out units, which then keep their order."""
+        v = self.val.get(node.args[0])
+        meta = node.meta.get("tensor_meta")
+        shape = _shape(node.args[0])
+        if not isinstance(v, Feature) or not isinstance(meta, (tuple, list)) or shape is None:
+            return self._generic(node)
+        dim %= len(shape)
+        if dim == v.axis:
+            self.sp.fix(v.space)
+            return Several(tuple(Feature(Spaces.FIXED, 0) for _ in meta))
+        axis = v.axis - (1 if dim < v.axis else 0)
+        return Several(tuple(Feature(v.space, axis) for _ in meta))
+
+    def _matmul(self, node: fx.Node) -> Feature | None:
+        """``a @ b`` (``matmul``/``bmm``), see :meth:`_product`."""
+        a, b = node.args[0], node.args[1]
+        sa, sb, out = _shape(a), _shape(b), _shape(node)
+        if sa is None or sb is None or out is None or len(sa) < 2 or len(sb) < 2:
+            return self._generic(node)
+        return self._product(self.val.get(a), sa, self.val.get(b), sb, len(out))
+
+    def _sdpa(self, node: fx.Node) -> Feature | None:
+        """``F.scaled_dot_product_attention(q, k, v, attn_mask)``: ``softmax(q @ k.T * scale
+        + mask) @ v`` by :meth:`_product` twice (the softmax moves no permutation)."""
+        q, k, v = (_arg(node, i, n) for i, n in enumerate(("query", "key", "value")))
+        sq, sk, sv, out = _shape(q), _shape(k), _shape(v), _shape(node)
+        if None in (sq, sk, sv, out) or min(len(sq), len(sk), len(sv)) < 2:
+            return self._generic(node)
+        vk = self.val.get(k)
+        if isinstance(vk, Feature) and vk.axis >= len(sk) - 2:  # k.transpose(-2, -1)
+            vk = Feature(vk.space, 2 * len(sk) - 3 - vk.axis)
+        sk_t = (*sk[:-2], sk[-1], sk[-2])
+        scores = self._product(self.val.get(q), sq, vk, sk_t, len(out))
+        mask = self.val.get(_arg(node, 3, "attn_mask"))
+        if isinstance(mask, Feature) and not self._fixed(mask.space):
+            if self._fixed(scores.space) or mask.axis != scores.axis:
+                self.sp.fix(mask.space)
+            else:
+                self.sp.union(mask.space, scores.space)
+        elif isinstance(mask, ParamUse) and not self._fixed(scores.space):
+            self.sp.fix(scores.space)  # a per-unit bias that is not permuted with them
+        s_scores = (*out[:-1], sk[-2])
+        return self._product(scores, s_scores, self.val.get(v), sv, len(out))
+
+    def _product(self, va: Any, sa: tuple, vb: Any, sb: tuple, no: int) -> Feature:
+        """A matrix product: ``a``'s last axis is summed against ``b``'s second-to-last, the
+        leading axes broadcast. A permuted axis summed over must carry the same permutation on
+        both sides (``q @ k.T`` over the head dimension: the result is the same whatever it
+        is), or be summed against a parameter's axis, which is then permuted with it
+        (SwiftFormer's ``q @ w_g``); a permuted axis that is not summed over keeps its
+        permutation in the result (``attn @ v``). A result would carry two permuted axes only
+        when both operands keep theirs on different axes: then ``b``'s is fixed."""
+
+        def place(v: Any, nd: int, summed: int) -> tuple[int | None, int | None]:
+            """(space summed over or None, output axis of a kept permuted axis or None)."""
+            if not isinstance(v, Feature) or self._fixed(v.space):
+                return None, None
+            if v.axis == summed:
+                return v.space, None
+            return None, v.axis + no - nd  # rows, columns and batch axes: right-aligned
+
+        sum_a, keep_a = place(va, len(sa), len(sa) - 1)
+        sum_b, keep_b = place(vb, len(sb), len(sb) - 2)
+        if sum_a is not None and sum_b is not None:
+            self.sp.union(sum_a, sum_b)
+        else:
+            for summed, other, pos in ((sum_a, vb, len(sb) - 2), (sum_b, va, len(sa) - 1)):
+                if summed is None:
+                    continue
+                if isinstance(other, ParamUse) and 0 <= pos - other.offset < other.ndim:
+                    axes: list[int | None] = [None] * other.ndim
+                    axes[pos - other.offset] = summed
+                    self._param("", other.key, tuple(axes))
+                else:  # summed against a tensor that does not move with it
+                    self.sp.fix(summed)
+        if keep_a is not None and keep_b is not None:
+            if keep_a == keep_b:  # the same batch axis (attention heads)
+                self.sp.union(va.space, vb.space)
+            else:
+                self.sp.fix(vb.space)
+                keep_b = None
+        if keep_a is not None:
+            return Feature(va.space, keep_a)
+        if keep_b is not None:
+            return Feature(vb.space, keep_b)
+        return Feature(Spaces.FIXED, no - 1)
+
+    def _along(self, node: fx.Node, dims: Any) -> Feature | None:
+        """An operation along ``dims`` that keeps the shape's rank (``roll``,
+        ``repeat_interleave``): the features pass through unless it acts on their axis (or on
+        all axes: ``dims`` None)."""
+        v = self.val.get(node.args[0])
+        if not isinstance(v, Feature) or self._fixed(v.space):
+            return v if isinstance(v, Feature) else self._generic(node)
+        nd = len(_shape(node.args[0]) or ())
+        dims = (dims,) if isinstance(dims, int) else dims
+        if dims is None or not nd or any(d % nd == v.axis for d in dims):
+            what = getattr(node.target, "__name__", node.target)
+            raise self.err(f"{what} along the permuted axis {v.axis} mixes the features")
+        return v

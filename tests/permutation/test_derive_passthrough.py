@@ -156,3 +156,107 @@ def test_a_reduction_over_the_batch_is_still_refused_but_not_over_the_features(d
 
     spec = derive_spec(Reduce().eval(), torch.randn(2, 3, 4))
     check_spec(Reduce().eval(), spec, torch.randn(2, 3, 4))
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention as most timm families write it (not timm's own Attention
+    class, which derive_spec keeps whole): fused qkv reshaped into heads, ``unbind``, ``q @
+    k.T`` plus a relative position bias gathered from a table by an index buffer, softmax,
+    ``@ v`` (or ``F.scaled_dot_product_attention``), heads merged back, projection."""
+
+    def __init__(self, dim: int = 8, heads: int = 2, tokens: int = 4, sdpa: bool = False) -> None:
+        super().__init__()
+        self.heads, self.sdpa = heads, sdpa
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.table = nn.Parameter(torch.randn(2 * tokens - 1, heads))
+        idx = torch.arange(tokens)[:, None] - torch.arange(tokens)[None, :] + tokens - 1
+        self.register_buffer("index", idx.flatten(), persistent=False)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        bias = self.table[self.index].view(n, n, -1).permute(2, 0, 1).unsqueeze(0)
+        if self.sdpa:
+            x = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        else:
+            attn = (q @ k.transpose(-2, -1)) * (c // self.heads) ** -0.5 + bias
+            x = attn.softmax(dim=-1) @ v
+        return self.proj(x.transpose(1, 2).reshape(b, n, c))
+
+
+class Transformer(nn.Module):
+    def __init__(self, sdpa: bool, shift: bool) -> None:
+        super().__init__()
+        self.shift = shift
+        self.embed, self.norm1 = nn.Linear(5, 8), nn.LayerNorm(8)
+        self.attn = Attention(sdpa=sdpa)
+        self.norm2, self.fc1, self.fc2 = nn.LayerNorm(8), nn.Linear(8, 16), nn.Linear(16, 8)
+        self.w_g = nn.Parameter(torch.randn(8, 1))  # SwiftFormer's additive attention weights
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        x = self.embed(x)
+        if self.shift:  # Swin's shifted windows: a roll of the tokens
+            x = torch.roll(x, shifts=1, dims=1)
+        x = x + self.attn(self.norm1(x))
+        x = x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+        g = F.normalize(x, dim=-1) @ self.w_g  # (B, N, 1): summed over the features
+        return self.head((x * g.softmax(dim=1)).sum(1))
+
+
+@pytest.mark.parametrize(("sdpa", "shift"), [(False, False), (True, True)])
+def test_attention_written_out_keeps_a_within_head_permutation(sdpa, shift):
+    axes = _recovers(Transformer(sdpa, shift).eval(), torch.randn(2, 4, 5))
+    stream = axes["embed.weight"][0]
+    # the qkv rows as (3 x heads, head_dim): the head dimension permuted alike in q, k, v
+    rows = axes["attn.qkv.weight#0"]
+    assert rows[0] is None and rows[1] is not None and rows[2] == stream
+    assert axes["attn.proj.weight#0"] == (stream, None, rows[1])
+    assert axes["w_g"] == (stream, None)  # summed against the features: permuted with them
+    assert "attn.table" not in axes or axes["attn.table"] == (None, None)
+
+
+class Decoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, stride=2, padding=1)
+        self.up = nn.ConvTranspose2d(6, 4, 2, stride=2)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(F.relu(self.up(F.relu(self.conv(x)))).mean((2, 3)))
+
+
+def test_a_transposed_convolution_has_its_weight_in_then_out():
+    axes = _recovers(Decoder().eval(), torch.randn(2, 3, 8, 8))
+    assert axes["up.weight"][:2] == (axes["conv.weight"][0], axes["head.weight"][1])
+
+
+def test_a_roll_of_the_features_axis_is_refused():
+    class Rolled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(4, 6), nn.Linear(6, 2)
+
+        def forward(self, x):
+            return self.fc2(torch.roll(self.fc1(x), 1, dims=-1))
+
+    with pytest.raises(Exception, match="roll along the permuted axis"):
+        derive_spec(Rolled(), torch.randn(2, 4))
+
+
+def test_a_module_registered_under_two_names_gets_one_permutation_for_both():
+    class Aliased(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(4, 6), nn.Linear(6, 3)
+            self.shared = self.fc1  # the same module (and tensors) under a second name
+
+        def forward(self, x):
+            return self.fc2(F.relu(self.fc1(x)))
+
+    net = Aliased().eval()
+    spec = derive_spec(net, torch.randn(2, 4))
+    assert spec.axes["shared.weight"] == spec.axes["fc1.weight"] == ("fc1", None)
+    check_spec(net, spec, torch.randn(2, 4))  # functional_call takes the shared tensor once
