@@ -130,6 +130,10 @@ def _forward(
     # buffers are cloned: train-mode BatchNorm updates running stats in the tensors it is given
     buffers = dict(model.named_buffers())
     state = {k: v.clone() if k in buffers else v for k, v in _untied(model, state).items()}
+    dtype = next((v.dtype for v in state.values() if v.is_floating_point()), None)
+    for k, b in buffers.items():  # buffers outside the state dict (non-persistent) in its dtype
+        if k not in state and b.is_floating_point() and dtype is not None and b.dtype != dtype:
+            state[k] = b.to(dtype)
     was = model.training
     model.train(train)
     if train:  # dropout masks would not follow the permutation; keep them off
