@@ -381,9 +381,20 @@ class ShapeRules:
             else:
                 self.sp.fix(vb.space)
                 keep_b = None
-        if keep_a is not None:
+        # a batch axis pairs the operands' entries one to one (as a broadcast does): a
+        # permuted one against the other operand's unpermuted entries (not size 1) cannot move
+        for keep, v, shape_other, live_other in (
+            (keep_a, va, sb, keep_b),
+            (keep_b, vb, sa, keep_a),
+        ):
+            if keep is None or keep >= no - 2 or live_other == keep:
+                continue
+            pos = keep - (no - len(shape_other))
+            if 0 <= pos < len(shape_other) and shape_other[pos] > 1:
+                self.sp.fix(v.space)
+        if keep_a is not None and not self._fixed(va.space):
             return Feature(va.space, keep_a)
-        if keep_b is not None:
+        if keep_b is not None and not self._fixed(vb.space):
             return Feature(vb.space, keep_b)
         return Feature(Spaces.FIXED, no - 1)
 

@@ -260,3 +260,36 @@ def test_a_module_registered_under_two_names_gets_one_permutation_for_both():
     spec = derive_spec(net, torch.randn(2, 4))
     assert spec.axes["shared.weight"] == spec.axes["fc1.weight"] == ("fc1", None)
     check_spec(net, spec, torch.randn(2, 4))  # functional_call takes the shared tensor once
+
+
+class TalkingHeads(nn.Module):
+    """CaiT's talking-heads attention: Linear layers mix the heads of the attention map, then
+    ``attn @ v`` pairs the mixed heads with v's heads one to one (a batch axis)."""
+
+    def __init__(self, dim: int = 8, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.embed, self.qkv, self.proj = (
+            nn.Linear(5, dim),
+            nn.Linear(dim, 3 * dim),
+            nn.Linear(dim, 3),
+        )
+        self.proj_l, self.proj_w = nn.Linear(heads, heads), nn.Linear(heads, heads)
+
+    def forward(self, x):
+        x = self.embed(x)
+        b, n, c = x.shape
+        q, k, v = (
+            self.qkv(x)
+            .reshape(b, n, 3, self.heads, c // self.heads)
+            .permute(2, 0, 3, 1, 4)
+            .unbind(0)
+        )
+        attn = self.proj_l((q @ k.transpose(-2, -1)).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        attn = self.proj_w(attn.softmax(-1).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c)).mean(1)
+
+
+def test_heads_mixed_then_paired_with_unpermuted_heads_stay_in_order():
+    axes = _recovers(TalkingHeads().eval(), torch.randn(2, 4, 5))
+    assert axes["proj_w.weight"][0] is None  # its output heads meet v's, which do not move
