@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Any
 import torch.nn.functional as F
 from torch import fx, nn
 
-from lmc.permutation.derive_spaces import Feature, ParamUse, Spaces, node_arg, node_shape
+from lmc.permutation.derive_spaces import (
+    Feature,
+    ParamCat,
+    ParamUse,
+    Spaces,
+    node_arg,
+    node_shape,
+)
 
 _arg, _shape = node_arg, node_shape
 
@@ -77,15 +84,24 @@ class FunctionalRules:
         """``F.linear(x, weight, bias)`` on a module's parameters (timm's ``Linear`` casts its
         weight and calls it): the module's Linear layer."""
         keys = []
+        cat = self.val.get(_arg(node, 2, "bias"))
         for i, name in ((1, "weight"), (2, "bias")):
             arg = _arg(node, i, name)
             key = self._state_key(arg)
-            if arg is not None and key is None:
+            if arg is not None and key is None and not (i == 2 and isinstance(cat, ParamCat)):
                 raise self.err(f"F.linear with a {name} that is not a parameter of the model")
             keys.append(key)
         weight, bias = keys
         target = weight.rsplit(".", 1)[0] if "." in weight else weight
-        return self._linear(node, target, (_shape(node) or (0,))[-1], weight, bias)
+        out = self._linear(node, target, (_shape(node) or (0,))[-1], weight, bias)
+        if isinstance(cat, ParamCat):  # a bias concatenated from parts: each its rows
+            parts = self.sp.split(out.space, [n for _, n, _ in cat.parts])
+            for (key, _, uniform), part in zip(cat.parts, parts):
+                if key is not None:
+                    self._param("", key, (part,))
+                elif not uniform:
+                    self.sp.fix(part)
+        return out
 
     def _state_key(self, arg: Any) -> str | None:
         """The state-dict key of a parameter or buffer a function reads, else ``None``."""

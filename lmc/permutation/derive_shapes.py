@@ -14,6 +14,7 @@ from torch import fx
 from lmc.permutation.derive_spaces import (
     Feature,
     NotExpressible,
+    ParamCat,
     ParamUse,
     Several,
     Spaces,
@@ -201,6 +202,14 @@ class ShapeRules:
         dim = _arg(node, 1, "dim", 0)
         vals = [self.val.get(t) for t in tensors]
         feats = [v for v in vals if isinstance(v, Feature) and not self._fixed(v.space)]
+        shapes = [_shape(t) for t in tensors]
+        if any(isinstance(v, ParamUse) for v in vals) and all(
+            isinstance(v, ParamUse) or v is None for v in vals
+        ) and all(s is not None and len(s) == 1 for s in shapes):  # fmt: skip
+            return ParamCat(tuple(
+                (v.key if isinstance(v, ParamUse) else None, s[0], self._uniform(t))
+                for t, v, s in zip(tensors, vals, shapes)
+            ))  # fmt: skip
         if not feats:
             return self._broadcast(node, tensors)
         nd = len(_shape(node) or ())
@@ -215,12 +224,19 @@ class ShapeRules:
         return Feature(self.sp.cat(parts, node.name), dim)
 
     def _index(self, node: fx.Node, v: Feature) -> Feature | None:
-        """``x[...]`` with ints, slices, ``None`` and ``...``: a slice of the permuted axis is a
-        block of its space; one unit of it (an int) is only exact unpermuted (fixed)."""
+        """``x[...]`` with ints, slices, ``None``, ``...`` and one index tensor (a table's rows
+        gathered: the relative position bias an MLP computed): a slice of the permuted axis is
+        a block of its space; one unit of it (an int) or units gathered by a tensor are only
+        exact unpermuted (fixed)."""
         idx = node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],)
         shp = _shape(node.args[0]) or ()
-        if any(not (i is None or i is Ellipsis or isinstance(i, (int, slice))) for i in idx):
-            raise self.err("indexing a feature tensor with tensors or lists is not supported")
+        tensors = [i for i in idx if isinstance(i, fx.Node)]
+        if len(tensors) > 1 or any(
+            not (i is None or i is Ellipsis or isinstance(i, (int, slice, fx.Node))) for i in idx
+        ):
+            raise self.err(
+                "indexing a feature tensor with lists or several tensors is not supported"
+            )
         used = sum(i is not None and i is not Ellipsis for i in idx)
         items: list[Any] = []
         for i in idx:
@@ -229,6 +245,13 @@ class ShapeRules:
         for i in items:
             if i is None:
                 ax_out += 1
+                continue
+            if isinstance(i, fx.Node):  # one index tensor: its axes in place of this one
+                if ax_in == v.axis:  # units gathered (a table's rows): they keep their order
+                    self.sp.fix(v.space)
+                    return Feature(Spaces.FIXED, ax_out)
+                ax_out += len(_shape(i) or (0,))
+                ax_in += 1
                 continue
             if ax_in == v.axis:
                 if isinstance(i, int):
@@ -411,3 +434,14 @@ class ShapeRules:
             what = getattr(node.target, "__name__", node.target)
             raise self.err(f"{what} along the permuted axis {v.axis} mixes the features")
         return v
+
+    def _uniform(self, t: Any) -> bool:
+        """Whether ``t`` is a constant tensor of the module whose entries are all equal (any
+        permutation leaves it as it is: EVA's zero key bias)."""
+        if not isinstance(t, fx.Node) or t.op != "get_attr":
+            return False
+        try:
+            value = self.gm.get_buffer(str(t.target))
+        except AttributeError:
+            return False
+        return bool(value.numel() == 0 or (value == value.flatten()[0]).all())

@@ -55,6 +55,15 @@ class ParamUse:
 
 
 @dataclass(frozen=True)
+class ParamCat:
+    """One-axis parameters and constants concatenated (EVA's and Swin V2's ``qkv_bias =
+    cat(q_bias, k_bias, v_bias)``): each part's state-dict key (``None``: a constant, with
+    ``uniform`` saying whether all its entries are equal) and size."""
+
+    parts: tuple[tuple[str | None, int, bool], ...]
+
+
+@dataclass(frozen=True)
 class Several:
     """A tuple of values (``chunk``/``split`` pieces, attention's output and weights)."""
 
@@ -152,12 +161,17 @@ class Spaces:
             self.union(ra, rb)
             return
         cat, kron = (xa, xb) if ka == "cat" else (xb, xa)
-        if ka != kb and len(kron) == 2 and len(cat) == self.size[kron[0]]:
-            if all(self.size[c] == self.size[kron[1]] for c in cat):
-                # n equal blocks = n x (one shared space): the blocks share one permutation
+        lead = self.size[kron[0]] if ka != kb and len(kron) >= 2 else 0
+        if lead and lead % len(cat) == 0 and (lead == len(cat) or self.is_fixed(kron[0])):
+            # n equal blocks = n x (one shared space): the blocks share one permutation (a
+            # fixed leading factor of m n units is n blocks of m fixed units each)
+            inner = [self.fixed_leaf(lead // len(cat))] if lead > len(cat) else []
+            inner += kron[1:]
+            if all(self.size[c] == math.prod(self.size[k] for k in inner) for c in cat):
                 self.fix(kron[0])
+                rest = inner[0] if len(inner) == 1 else self.kron(inner, self.name[kron[1]])
                 for c in cat:
-                    self.union(c, kron[1])
+                    self.union(c, rest)
                 self.parent[rb] = ra
                 return
         self.fix(ra)

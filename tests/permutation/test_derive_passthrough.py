@@ -293,3 +293,51 @@ class TalkingHeads(nn.Module):
 def test_heads_mixed_then_paired_with_unpermuted_heads_stay_in_order():
     axes = _recovers(TalkingHeads().eval(), torch.randn(2, 4, 5))
     assert axes["proj_w.weight"][0] is None  # its output heads meet v's, which do not move
+
+
+class BiasCat(nn.Module):
+    """EVA's / Swin V2's attention input: ``F.linear(x, qkv.weight, cat(q_bias, k_bias,
+    v_bias))`` with a constant key bias (zeros: any permutation leaves it as it is; or not)."""
+
+    def __init__(self, uniform: bool) -> None:
+        super().__init__()
+        self.embed, self.qkv, self.head = (
+            nn.Linear(5, 8),
+            nn.Linear(8, 24, bias=False),
+            nn.Linear(8, 3),
+        )
+        self.q_bias, self.v_bias = nn.Parameter(torch.randn(8)), nn.Parameter(torch.randn(8))
+        k_bias = torch.zeros(8) if uniform else torch.arange(8.0)
+        self.register_buffer("k_bias", k_bias, persistent=False)
+        # a relative position bias computed by an MLP, then gathered by an index (ViT-RelPos)
+        self.register_buffer("coords", torch.randn(7, 2), persistent=False)
+        self.mlp = nn.Linear(2, 2)
+        self.register_buffer("index", torch.randint(0, 7, (16,)), persistent=False)
+
+    def forward(self, x):
+        x = self.embed(x)
+        b, n, c = x.shape
+        bias = torch.cat((self.q_bias, self.k_bias, self.v_bias))
+        q, k, v = (
+            F.linear(x, self.qkv.weight, bias)
+            .reshape(b, n, 3, 2, 4)
+            .permute(2, 0, 3, 1, 4)
+            .unbind(0)
+        )
+        rel = self.mlp(self.coords)[self.index].view(n, n, 2).permute(2, 0, 1)
+        attn = (q @ k.transpose(-2, -1) + rel).softmax(-1)
+        return self.head(((attn @ v).transpose(1, 2).reshape(b, n, c)).mean(1))
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_a_bias_concatenated_from_parameters_gives_each_its_rows(uniform):
+    axes = _recovers(BiasCat(uniform).eval(), torch.randn(2, 4, 5))
+    # the q, k and v row blocks, each (heads, head_dim) x features
+    blocks = [axes[f"qkv.weight#{i}"] for i in range(3)]
+    if uniform:  # a zero key bias: the head dimension keeps one permutation in q, k and v
+        head_dim = blocks[0][1]
+        assert head_dim is not None and all(b[1] == head_dim for b in blocks)
+        assert axes["q_bias#0"][-1] == head_dim and axes["v_bias#0"][-1] == head_dim
+    else:  # a key bias that is not uniform fixes the rows it is added to (and so all three)
+        assert all(None in b[:-1] and len(b) == 2 for b in blocks)
+        assert axes["q_bias"] == axes["v_bias"] == (None,)
