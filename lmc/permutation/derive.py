@@ -46,6 +46,7 @@ from lmc.permutation.derive_spaces import (
 )
 from lmc.permutation.derive_spaces import node_arg as _arg
 from lmc.permutation.derive_spaces import node_shape as _shape
+from lmc.permutation.derive_trace import trace_for_derivation
 from lmc.permutation.derive_where import describe as _describe
 from lmc.permutation.derive_where import untraceable_at as _untraceable_at
 from lmc.permutation.spec import PermutationSpec
@@ -445,12 +446,10 @@ def derive_spec(model: nn.Module, example_input: Tensor | tuple[Tensor, ...]) ->
             handled, or when the model cannot be traced by ``torch.fx``.
     """
     name = type(model).__name__
-    try:
-        tracer = _Tracer()
-        tracer.record_stack_traces = True  # errors name the model's source line
-        graph = tracer.trace(model)
-        gm = fx.GraphModule(tracer.root, graph, name)
-    except Exception as e:  # noqa: BLE001 - any tracing failure is reported the same way
+    inputs = example_input if isinstance(example_input, tuple) else (example_input,)
+    gm, failure = trace_for_derivation(model, inputs, _Tracer, is_fused_qkv_attention)
+    if failure is not None:
+        e = failure
         at = _untraceable_at(model, e)
         raise SpecDerivationError(
             f"torch.fx could not trace {name}{f' at {at}' if at else ''} "
@@ -460,7 +459,6 @@ def derive_spec(model: nn.Module, example_input: Tensor | tuple[Tensor, ...]) ->
             "for every state-dict entry, and pass it as spec= (or spec: package.module:function "
             "in YAML)"
         ) from e
-    inputs = example_input if isinstance(example_input, tuple) else (example_input,)
     was_training = model.training
     model.eval()
     try:

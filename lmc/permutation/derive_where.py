@@ -41,7 +41,12 @@ def _source_line(stack_trace: str) -> str:
 
 
 def _in_torch(path: str) -> bool:
-    return f"{os.sep}torch{os.sep}" in path or path.startswith("<")
+    """A frame of torch's (or of the fallback tracer's, which records through torch.fx)."""
+    return (
+        f"{os.sep}torch{os.sep}" in path
+        or path.startswith("<")
+        or path.endswith(f"permutation{os.sep}derive_trace.py")
+    )
 
 
 def _short(path: str) -> str:

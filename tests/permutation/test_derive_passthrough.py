@@ -7,6 +7,8 @@ weight matching recovers a permuted copy; the groups that cannot move stay fixed
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -341,3 +343,51 @@ def test_a_bias_concatenated_from_parameters_gives_each_its_rows(uniform):
     else:  # a key bias that is not uniform fixes the rows it is added to (and so all three)
         assert all(None in b[:-1] and len(b) == 2 for b in blocks)
         assert axes["q_bias"] == axes["v_bias"] == (None,)
+
+
+class ShapeBranches(nn.Module):
+    """Python control flow on shapes, which torch.fx cannot trace symbolically (NesT's
+    ``int(math.sqrt(T))``, TinyViT's window test, CPUBone's padding test)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.fc, self.head = (
+            nn.Conv2d(3, 6, 3, padding=1),
+            nn.Linear(6, 8),
+            nn.Linear(8, 2),
+        )
+
+    def forward(self, x):
+        x = F.relu(self.conv(x))
+        b, c, h, w = x.shape
+        if h % 2 or w % 2:  # the example's branch is the one traced
+            x = F.pad(x, (0, w % 2, 0, h % 2))
+        side = int(math.sqrt(x.shape[2] * x.shape[3]))
+        tokens = x.flatten(2).transpose(1, 2)[:, : side * side]
+        return self.head(F.gelu(self.fc(tokens)).mean(1))
+
+
+@pytest.mark.parametrize("size", [5, 6])
+def test_control_flow_on_shapes_traces_with_the_example_values(size):
+    x = torch.randn(2, 3, size, size)
+    with pytest.raises(torch.fx.proxy.TraceError):  # what torch.fx alone says
+        torch.fx.symbolic_trace(ShapeBranches())
+    net = ShapeBranches().eval()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    axes = _recovers(net, x)
+    assert axes["fc.weight"][1] == axes["conv.weight"][0]
+    assert all(torch.equal(v, net.state_dict()[k]) for k, v in before.items())  # unchanged
+
+
+def test_data_dependent_control_flow_is_still_named_when_the_fallback_fails_too():
+    class OnValues(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return y.expand(3, -1, -1) if y.sum() > 0 else y  # not derivable either way
+
+    with pytest.raises(Exception, match="expand|could not trace"):
+        derive_spec(OnValues(), torch.randn(2, 4))
