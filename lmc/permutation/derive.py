@@ -321,6 +321,8 @@ class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
             return None
         if fn in (torch.chunk, torch.split):
             return self._split(node, _arg(node, 2, "dim", 0))
+        if fn is torch.stack:
+            return self._stack(node)
         if fn in (operator.matmul, torch.matmul, torch.bmm):
             return self._matmul(node)
         if fn is F.scaled_dot_product_attention:
@@ -355,6 +357,8 @@ class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
             return self._transpose(node)
         if name == "expand" and isinstance(src, ParamUse):
             return ParamUse(src.key, src.ndim, len(_shape(node) or ()) - src.ndim)
+        if name in ("expand", "expand_as") and isinstance(src, Feature):
+            return self._expand(node, src)
         if name in ("mean", "amax", "sum"):
             return self._reduce(node)
         if name == "norm":

@@ -198,6 +198,8 @@ class ShapeRules:
         return Feature(space, axis)
 
     def _cat(self, node: fx.Node) -> Feature | None:
+        if not isinstance(_arg(node, 0, "tensors"), (list, tuple)):  # a list made in the graph
+            return self._generic(node)
         tensors = list(_arg(node, 0, "tensors"))
         dim = _arg(node, 1, "dim", 0)
         vals = [self.val.get(t) for t in tensors]
@@ -288,15 +290,15 @@ class ShapeRules:
 
     def _reduce(self, node: fx.Node, at: int = 1) -> Feature:
         """A reduction (mean, sum, max, a norm) over ``dim`` (argument ``at``, ``keepdim``
-        the next): over other axes the features keep their permutation; over the features'
-        axis the result is the same whatever their order (a permutation-invariant value, GRN's
-        mean of the channels' norms)."""
+        the next): over other axes (the batch too: CrossViT's mean of stacked heads) the
+        features keep their permutation; over the features' axis, or all axes, the result is
+        the same whatever their order (GRN's mean of the channels' norms)."""
         v = self._in(node)
         dims = _arg(node, at, "dim")
         nd = len(_shape(node.args[0]) or (0,) * 4)
         dims = (dims,) if isinstance(dims, int) else tuple(dims or ())
-        if not dims or any(d % nd == 0 for d in dims):
-            raise self.err("reductions over the batch axis (or all axes) are not supported")
+        if not dims:  # over every axis: a permutation-invariant number
+            return Feature(self.sp.FIXED, 0)
         keep = _arg(node, at + 1, "keepdim", False)
         if any(d % nd == v.axis for d in dims):
             return Feature(self.sp.FIXED, v.axis)
@@ -445,3 +447,29 @@ class ShapeRules:
         except AttributeError:
             return False
         return bool(value.numel() == 0 or (value == value.flatten()[0]).all())
+
+    def _expand(self, node: fx.Node, v: Feature) -> Feature | None:
+        """``expand``: new leading axes and size-1 axes broadcast; the features' axis keeps its
+        size (a size-1 feature axis broadcast would repeat one unit: fixed)."""
+        s_in, s_out = _shape(node.args[0]), _shape(node)
+        if s_in is None or s_out is None:
+            return self._generic(node)
+        axis = v.axis + len(s_out) - len(s_in)
+        if self._fixed(v.space) or s_out[axis] == s_in[v.axis]:
+            return Feature(v.space, axis)
+        self.sp.fix(v.space)
+        return Feature(Spaces.FIXED, axis)
+
+    def _stack(self, node: fx.Node) -> Feature | None:
+        """``torch.stack``: a new axis at ``dim``; the tensors' features merge (each index of
+        the new axis holds one of them, so they must share one permutation)."""
+        tensors = _arg(node, 0, "tensors")
+        out = _shape(node)
+        if out is None or not isinstance(tensors, (list, tuple)):
+            return self._generic(node)
+        dim = _arg(node, 1, "dim", 0) % len(out)
+        merged = self._broadcast(node, tensors)  # same shapes: an elementwise merge
+        if not isinstance(merged, Feature):
+            return merged
+        axis = merged.axis - (len(out) - len(_shape(tensors[0]) or ()))  # as in the inputs
+        return Feature(merged.space, axis + (1 if dim <= axis else 0))

@@ -391,3 +391,25 @@ def test_data_dependent_control_flow_is_still_named_when_the_fallback_fails_too(
 
     with pytest.raises(Exception, match="expand|could not trace"):
         derive_spec(OnValues(), torch.randn(2, 4))
+
+
+class Stacked(nn.Module):
+    """SKNet / CrossViT in short: branches stacked on a new axis, reduced over it; a feature
+    map expanded over new leading axes; a scalar from all axes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 6, 3, padding=1), nn.Conv2d(3, 6, 1)
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x):
+        paths = torch.stack([F.relu(self.a(x)), F.relu(self.b(x))], dim=1)  # (B, 2, C, H, W)
+        y = paths.sum(dim=1) * paths.mean(dim=0, keepdim=True).mean(dim=1)  # over the batch too
+        y = y.unsqueeze(0).expand(3, -1, -1, -1, -1).mean(0)
+        scale = y.sum()  # every axis: one number, whatever the order
+        return self.head(y.mean((2, 3)) / scale.abs().clamp_min(1.0))
+
+
+def test_stacks_expands_and_reductions_over_other_axes_keep_the_features():
+    axes = _recovers(Stacked().eval(), torch.randn(2, 3, 4, 4))
+    assert axes["a.weight"][0] == axes["b.weight"][0] == axes["head.weight"][1] is not None
