@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from lmc.permutation.apply import apply_permutation
-from lmc.permutation.spec import PermutationSpec, SpecError, check_finite
+from lmc.permutation.spec import PermutationSpec, SpecError, aliases, check_finite
 
 
 class SpecCheckError(AssertionError):
@@ -107,20 +107,19 @@ def _untied(model: nn.Module, state: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """``state`` with one name per tensor the model shares between modules (CoaT's shared
     position encoding): ``functional_call`` takes each shared tensor once. The names of one
     shared tensor must have been permuted alike, else the spec is wrong (checked here)."""
-    first: dict[int, str] = {}
     shared: set[str] = set()
-    for name, t in model.state_dict(keep_vars=True).items():
-        if name not in state:
+    for name, others in aliases(model).items():  # the first name of each tensor comes first
+        if name in shared or name not in state:
             continue
-        if id(t) in first:
-            shared.add(name)
-            if not torch.equal(state[name], state[first[id(t)]]):
+        for other in others:
+            if other not in state:
+                continue
+            shared.add(other)
+            if not torch.equal(state[other], state[name]):
                 raise SpecCheckError(
-                    f"{name!r} and {first[id(t)]!r} are one shared tensor, but the spec "
+                    f"{other!r} and {name!r} are one shared tensor, but the spec "
                     "permutes them differently"
                 )
-            continue
-        first[id(t)] = name
     return {k: v for k, v in state.items() if k not in shared}
 
 

@@ -26,7 +26,7 @@ from torch import Tensor, fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from lmc.permutation.derive_attention import AttentionRules, is_fused_qkv_attention
-from lmc.permutation.derive_functional import FunctionalRules, aliases
+from lmc.permutation.derive_functional import FunctionalRules
 from lmc.permutation.derive_ops import ACTIVATIONS as _ACTIVATIONS
 from lmc.permutation.derive_ops import BINARY_FUNCTIONS as _BINARY_FUNCTIONS
 from lmc.permutation.derive_ops import BINARY_METHODS as _BINARY_METHODS
@@ -49,7 +49,7 @@ from lmc.permutation.derive_spaces import node_shape as _shape
 from lmc.permutation.derive_trace import trace_for_derivation
 from lmc.permutation.derive_where import describe as _describe
 from lmc.permutation.derive_where import untraceable_at as _untraceable_at
-from lmc.permutation.spec import PermutationSpec
+from lmc.permutation.spec import PermutationSpec, aliases
 
 
 class SpecDerivationError(ValueError):

@@ -148,14 +148,3 @@ class FunctionalRules:
         if module:  # an activation point, as a norm module's
             self._point(module, v, 1)
         return v
-
-
-def aliases(model: nn.Module) -> dict[str, list[str]]:
-    """State-dict name -> the other names of the same tensor (a module registered twice):
-    whatever the graph calls it, every name gets its permutation."""
-    names: dict[int, list[str]] = {}
-    for name, t in model.state_dict(keep_vars=True).items():
-        names.setdefault(id(t), []).append(name)
-    return {
-        n: [o for o in group if o != n] for group in names.values() if len(group) > 1 for n in group
-    }

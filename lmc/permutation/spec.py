@@ -359,3 +359,15 @@ def check_same_architecture(
                 f"models do not match at {k!r}: dtype {a[k].dtype} in {names[0]} vs "
                 f"{b[k].dtype} in {names[1]}; convert both state dicts the same way"
             )
+
+
+def aliases(model: torch.nn.Module) -> dict[str, list[str]]:
+    """State-dict name -> the other names of the same tensor (a module registered twice),
+    each group's first name first: derive_spec gives every name its permutation, check_spec
+    passes the tensor once."""
+    names: dict[int, list[str]] = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        names.setdefault(id(t), []).append(name)
+    return {
+        n: [o for o in group if o != n] for group in names.values() if len(group) > 1 for n in group
+    }
