@@ -238,7 +238,15 @@ class Spaces:
         for k in self.kids[r]:
             lk = self.layout(k)
             if len(lk) != 1 and out != [[]]:
-                raise NotExpressible(f"space {self.name[r]!r} interleaves concatenated blocks")
+                if len(out) != 1 or any(g is not None for g, _ in out[0]):
+                    raise NotExpressible(
+                        f"space {self.name[r]!r} interleaves concatenated blocks under a "
+                        "permuted factor"
+                    )
+                # fixed (x) (b1 | b2 | ...), e.g. per-head q, k, v blocks one head after the
+                # other: the blocks repeated once per fixed index (the heads stay in order)
+                out = [list(s) for _ in range(math.prod(n for _, n in out[0])) for s in lk]
+                continue
             out = [seg + s for seg in out for s in lk] if out == [[]] else [s + lk[0] for s in out]
         return [_merge_fixed(s) for s in out]
 

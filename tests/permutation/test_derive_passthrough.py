@@ -413,3 +413,37 @@ class Stacked(nn.Module):
 def test_stacks_expands_and_reductions_over_other_axes_keep_the_features():
     axes = _recovers(Stacked().eval(), torch.randn(2, 3, 4, 4))
     assert axes["a.weight"][0] == axes["b.weight"][0] == axes["head.weight"][1] is not None
+
+
+class InterleavedHeads(nn.Module):
+    """Attention whose fused projection lays out q, k and v per head, one head after the other
+    (LeViT, EfficientFormer, LowFormer, CoAtNet, TinyViT): ``view(B, N, heads, -1)`` then
+    ``split([key, key, value])`` on the last axis, values of a different width than keys."""
+
+    def __init__(self, dim: int = 6, heads: int = 2, key: int = 3, value: int = 4) -> None:
+        super().__init__()
+        self.heads, self.key, self.value = heads, key, value
+        self.embed = nn.Linear(5, dim)
+        self.qkv = nn.Linear(dim, heads * (2 * key + value))
+        self.proj, self.head = nn.Linear(heads * value, dim), nn.Linear(dim, 3)
+
+    def forward(self, x):
+        x = self.embed(x)
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, self.heads, -1).split([self.key, self.key, self.value], 3)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        attn = (q @ k.transpose(-2, -1) * self.key**-0.5).softmax(dim=-1)
+        x = x + self.proj((attn @ v).transpose(1, 2).reshape(b, n, -1))
+        return self.head(x.mean(1))
+
+
+def test_q_k_v_interleaved_head_by_head_are_permuted_within_each_block():
+    axes = _recovers(InterleavedHeads().eval(), torch.randn(2, 4, 5))
+    # the projection's rows: per head a q, a k and a v block, the same permutations in every
+    # head (the heads themselves stay in order: blocks moved as a whole are not a group)
+    blocks = [axes[f"qkv.weight#{i}"] for i in range(6)]
+    q, k, v = (b[0] for b in blocks[:3])
+    assert q == k and v not in (None, q)
+    assert [b[0] for b in blocks] == [q, k, v, q, k, v]
+    assert all(b[1] == axes["embed.weight"][0] for b in blocks)
+    assert axes["proj.weight#0"][1:] == (None, v)
