@@ -92,8 +92,9 @@ PARTS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         },
     ),
     "population_profile": (
-        [PY, "benchmarks/population_profile.py", "--device", "cuda", "--members", "64"],
-        90,
+        [PY, "benchmarks/population_profile.py", "--device", "cuda", "--members", "64"]
+        + ["--cprofile", "40"],
+        120,
         {
             "total_s": "population_64_total_s",
             "build_s": "population_64_build_s",
@@ -109,7 +110,7 @@ PARTS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     ),
     "wm": (
         [PY, "benchmarks/weight_matching.py", "--only-trained", "--device", "cuda"]
-        + ["--calls", "3", "--vgg-calls", "0"],
+        + ["--calls", "3", "--vgg-calls", "0", "--profile-call"],
         150,
         {
             "wm_repeat_speedup_resnet20x16_trained": "wm_repeat_speedup_resnet20x16_trained",

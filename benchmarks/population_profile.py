@@ -9,7 +9,8 @@ rest), training (``train_population``), the
 evaluations (validation each epoch, test after fit), writing the members (checkpoints, configs)
 and replaying their metrics to their own loggers; ``other`` is the rest of the CLI run. Then
 ``--profile-steps`` more training steps of the same population under ``torch.profiler``: the
-top operators by device and by host time (printed), and the step's wall time.
+top operators by device and by host time (printed), and the step's wall time. With
+``--cprofile N``, a third run under cProfile prints the N functions of most host time.
 
 Run ``python benchmarks/population_profile.py`` (``--device cuda`` on a GPU machine: the CPU
 default is for a smoke test). The last line is ``device=... members=... total_s=...
@@ -20,6 +21,8 @@ replay_s=... other_s=... step_ms=... profile_s=...`` (the phases, ``other`` and 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import sys
 import tempfile
 import time
@@ -117,6 +120,9 @@ def main_cli(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--profile-steps", type=int, default=20)
     parser.add_argument(
+        "--cprofile", type=int, default=0, help="then a run under cProfile: its top N functions"
+    )
+    parser.add_argument(
         "--no-warm-up", action="store_true", help="skip the untimed first run (smoke tests)"
     )
     args = parser.parse_args(argv)
@@ -167,6 +173,20 @@ def main_cli(argv: list[str] | None = None) -> None:
             PHASES[k] = 0.0
         args.profile_steps = profile_steps
         total = run("timed", args.epochs)
+        timed = dict(PHASES)
+        if args.cprofile:  # a third run under cProfile: where the host's time goes
+            profile_steps, args.profile_steps = args.profile_steps, 0
+            profile = cProfile.Profile()
+            profile.enable()
+            run("cprofiled", args.epochs)
+            profile.disable()
+            args.profile_steps = profile_steps
+            print("the same run under cProfile (the host's time, by function):")
+            pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(
+                args.cprofile
+            )
+            PHASES.clear()
+            PHASES.update(timed)
     # the profile ran inside the train phase: take it out of the run's figures
     name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     profile_s = PHASES.pop("profile", 0.0)

@@ -40,10 +40,12 @@ line holds the key=value results.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gzip
 import hashlib
 import inspect
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -214,6 +216,8 @@ def mnist_mlp_pair(untrained: bool = False) -> tuple[nn.Module, nn.Module, str]:
 
 
 DEVICE = torch.device("cpu")
+#: cProfile the last accelerated call of each repeated regime (``--profile-call``)
+PROFILE_CALL = False
 
 
 def _state(model: nn.Module) -> dict[str, Tensor]:
@@ -279,10 +283,18 @@ def regime_repeat(
     spec = spec_for(a)
     target, source = _state(a), _state(b)
     n_params = sum(t.numel() for t in source.values())
+    profile = cProfile.Profile()
+    if PROFILE_CALL and calls == 0:  # the cold call alone: where its time goes
+        profile.enable()
     cold = weight_matching(target, source, spec, method="accelerated")
+    profile.disable()
+    if PROFILE_CALL and calls == 0:
+        pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(22)
     print(
         f"[{label}] {n_params / 1e6:.1f}M params, {len(spec.groups)} groups; cold accelerated "
-        f"call to start: {cold.seconds:.2f}s, {cold.sweeps} sweeps, {cold.solves} solves"
+        f"call to start: {cold.seconds:.2f}s, {cold.sweeps} sweeps, {cold.solves} solves "
+        f"(LAP {cold.solve_seconds:.2f}s, cost matrices {cold.cost_seconds:.2f}s, rest "
+        f"{cold.seconds - cold.solve_seconds - cold.cost_seconds:.2f}s)"
     )
     if calls == 0:  # the cold call alone (benchmarks/gpu.py: plain repeats cost minutes there)
         return float("nan"), cold.seconds
@@ -299,7 +311,14 @@ def regime_repeat(
         r = weight_matching(target, source, spec, method="plain", init=perm_plain, seed=t)
         perm_plain = r.perm
         rows["plain"].append((r.seconds, r.sweeps, r.solve_seconds, r.cost_seconds))
+        if PROFILE_CALL and t == calls - 1:  # where an accelerated call's time goes
+            profile = cProfile.Profile()
+            profile.enable()
         r = weight_matching(target, source, spec, method="accelerated", init=state, seed=t)
+        if PROFILE_CALL and t == calls - 1:
+            profile.disable()
+            print(f"[{label}] profile of the last accelerated call ({r.seconds:.3f}s):")
+            pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(22)
         state = r.state
         rows["accelerated"].append((r.seconds, r.sweeps, r.solve_seconds, r.cost_seconds))
         if identity_plain:
@@ -441,6 +460,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lap-n", type=int, default=2048, help="(d) LAP size")
     p.add_argument("--lap-drift", type=float, default=1e-3, help="(d) move of A, x std")
     p.add_argument(
+        "--profile-call",
+        action="store_true",
+        help="print a cProfile of the last accelerated call of each repeated regime",
+    )
+    p.add_argument(
         "--only-trained",
         action="store_true",
         help="regime (c) alone: trained ResNet and VGG, repeated calls and the cold call",
@@ -452,8 +476,9 @@ def main(argv: list[str] | None = None) -> None:
         "figure is then labelled untrained",
     )
     args = p.parse_args(argv)
-    global DEVICE
+    global DEVICE, PROFILE_CALL
     DEVICE = torch.device(args.device)
+    PROFILE_CALL = args.profile_call
     t0 = time.perf_counter()
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {DEVICE}")

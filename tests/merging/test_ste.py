@@ -263,3 +263,43 @@ def test_stemm_keeps_the_prepared_models_only_when_asked(cache_source):
     search.match()
     kept = [m.cache is not None for m in search.matching if m is not None]
     assert kept == [cache_source] * 2
+
+
+def test_the_models_matchings_run_at_once_and_give_the_one_after_the_other_result(
+    monkeypatch, device
+):
+    """STE-MM matches each model to its proxy in a thread of its own (by default on a GPU): the
+    same permutations and losses as matching them one after the other; by default on the CPU
+    they run one after the other."""
+    import sys
+    import threading
+
+    module = sys.modules["lmc.merging.ste"]
+    threads: set[str] = set()
+    real = module.weight_matching
+
+    def recorded(*args, **kwargs):
+        threads.add(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "weight_matching", recorded)
+    torch.manual_seed(0)
+    net = MLP(12, 4, width=16, depth=3).to(device)
+    models = [
+        {k: v.to(device) for k, v in MLP(12, 4, width=16, depth=3).state_dict().items()}
+        for _ in range(4)
+    ]  # four different inits: the matchings move every step
+    batches = _batches((12,), 4, n_batches=4)
+    monkeypatch.setattr(STEMM, "match_threads", True)
+    at_once = ste_mm(net, models, batches, epochs=2)
+    assert all(name.startswith("lmc-stemm") for name in threads) and len(threads) >= 2
+    threads.clear()
+    monkeypatch.setattr(STEMM, "match_threads", False)
+    one_by_one = ste_mm(net, models, batches, epochs=2)
+    assert threads == {threading.main_thread().name}
+    assert at_once.losses == one_by_one.losses
+    for a, b in zip(at_once.perms, one_by_one.perms):
+        assert permutation_equal(a, b)
+    monkeypatch.setattr(STEMM, "match_threads", None)
+    assert STEMM(net, models, method="accelerated")._match_at_once() == (device == "cuda")
+    assert not STEMM(net, models, solver=lambda c: None)._match_at_once()  # may not be thread-safe
