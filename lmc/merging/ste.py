@@ -32,10 +32,7 @@ optimise them) and the models as non-persistent buffers; :func:`lmc.merging.ste_
 from __future__ import annotations
 
 import copy
-import functools
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -107,16 +104,6 @@ def mix_states(states: Sequence[StateDict], weights: Sequence[float] | Tensor) -
     return out
 
 
-def _run_all(calls: list[Callable[[], Any]], threads: bool) -> list[Any]:
-    """``[call() for call in calls]``; with ``threads``, the calls run at once, one thread each
-    (the models' matchings are independent of each other, and their LAP solves and tensor ops
-    release the GIL: one model's solves overlap the other's Python)."""
-    if not threads or len(calls) < 2:
-        return [call() for call in calls]
-    with ThreadPoolExecutor(len(calls), thread_name_prefix="lmc-stemm") as pool:
-        return list(pool.map(lambda call: call(), calls))
-
-
 class TensorDict(nn.Module):
     """A state dict held as parameters (trainable) or non-persistent buffers (moved with the
     module, not written to checkpoints). Keys may contain dots."""
@@ -177,17 +164,11 @@ class STEMM(nn.Module):
 
     Attributes:
         perms: current permutation of every model (identity for the reference).
-        wm_seconds: wall time spent in weight matching so far (with :attr:`match_threads`
-            the models' matchings run at once: less than the sum of their calls' seconds).
-        match_threads: whether the models' matchings run at once, one thread each; ``None``
-            (the class default) when the models are on a GPU.
+        wm_seconds: wall time spent in weight matching so far.
         wm_stats: totals over all matching calls so far: ``calls``, ``solves`` (LAPs),
             ``sweeps``, ``solve_seconds`` (inside the LAP solver) and ``cost_seconds``
             (building cost matrices).
     """
-
-    #: run the models' matchings at once, in threads: ``None`` = when the models are on a GPU
-    match_threads: bool | None = None
 
     def __init__(
         self,
@@ -308,31 +289,24 @@ class STEMM(nn.Module):
     # --- matching -------------------------------------------------------------------------
     def match(self) -> list[float]:
         """Weight-match every model to its proxy (Alg. 1 line 3), warm-started; returns the
-        seconds of each call. On a GPU (:attr:`match_threads`) the models' matchings run at
-        once, one thread each (they are independent: the result is that of one after the other)."""
+        seconds of each call."""
         seconds = []
-        calls = []
         for j, i in enumerate(self.others):
             target = {k: t.detach() for k, t in self.proxies[j].as_dict().items()}
             full = self._models.state(i)
             source = {k: full[k] for k in self.param_keys}
             prev = self.matching[i]
             init: Any = prev if self.method == "accelerated" else (prev.perm if prev else None)
-            calls.append(
-                functools.partial(
-                    weight_matching,
-                    target,
-                    source,
-                    self.match_spec,
-                    method=self.method,
-                    solver=self.solver,
-                    init=init,
-                    cache_source=self.cache_source,
-                    seed=int(self._rng.integers(2**31)),
-                )
+            res = weight_matching(
+                target,
+                source,
+                self.match_spec,
+                method=self.method,
+                solver=self.solver,
+                init=init,
+                cache_source=self.cache_source,
+                seed=int(self._rng.integers(2**31)),
             )
-        t0 = time.perf_counter()
-        for i, res in zip(self.others, _run_all(calls, self._match_at_once())):
             self.matching[i] = res.state
             self.perms[i] = res.perm
             seconds.append(res.seconds)
@@ -348,20 +322,8 @@ class STEMM(nn.Module):
         ref = self.perms[self.reference]
         device = next(iter(self._models.state(self.reference).values())).device
         self.perms[self.reference] = {g: p.to(device) for g, p in ref.items()}
-        self.wm_seconds += time.perf_counter() - t0
+        self.wm_seconds += sum(seconds)
         return seconds
-
-    def _match_at_once(self) -> bool:
-        """Whether :meth:`match` runs the models' matchings in threads: with a built-in LAP
-        solver (a callable may not be thread-safe), by default when the models are on a GPU
-        (on the CPU the cost matrices' products already use every core: two threads were 5-10 %
-        slower a step on 2 cores)."""
-        if self.solver not in (None, "sap", "scipy", "lapjv", "lapjv64"):
-            return False
-        if self.match_threads is not None:
-            return self.match_threads
-        state = self._models.state(self.reference)
-        return next(iter(state.values())).device.type == "cuda"
 
     def finalize(self) -> list[Permutation]:
         """The final weight matching of every proxy (Alg. 1 line 12); returns the permutations
