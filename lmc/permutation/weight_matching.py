@@ -332,16 +332,16 @@ def weight_matching(
             batch, at = next_batch(order, at)
             t0 = time.perf_counter()
             built = [cost_matrix(g) for g in batch]
-            costs = [c_t.to(torch.float64).cpu().numpy() for c_t, _ in built]
+            costs, scales = _to_host([c_t for c_t, _ in built])
             cost_seconds += time.perf_counter() - t0
             problems = []
-            for g, c in zip(batch, costs):
+            for g, k in zip(batch, costs):
                 warm = None
                 if accelerated and g in duals:
                     warm = LapSolution(host[g], *duals[g])
-                problems.append((np.negative(c), warm))
+                problems.append((k, warm))
             solutions = lap.many(problems, at_once)
-            for g, c, (_, prods), sol in zip(batch, costs, built, solutions):
+            for g, k, scale, (_, prods), sol in zip(batch, costs, scales, built, solutions):
                 if isinstance(sol, LapInputError):
                     raise SpecError(_cost_error(g, problem, prods, sol)) from sol
                 if accelerated:
@@ -349,10 +349,10 @@ def weight_matching(
                         duals.pop(g, None)
                     else:
                         duals[g] = (sol.u, sol.v)
-                rows = np.arange(c.shape[0])
+                rows = np.arange(k.shape[0])
                 cur = host[g]
-                old, new = float(c[rows, cur].sum()), float(c[rows, sol.perm].sum())
-                if new - old > tol * c.shape[0] * float(np.abs(c).max(initial=0.0)):
+                old, new = -float(k[rows, cur].sum()), -float(k[rows, sol.perm].sum())
+                if new - old > tol * k.shape[0] * scale:
                     perm[g] = torch.as_tensor(sol.perm, device=device)
                     host[g] = np.asarray(sol.perm, dtype=np.int64)
                     version[g] += 1
@@ -383,6 +383,31 @@ def weight_matching(
         cost_seconds=cost_seconds,
         state=MatchingState(dict(perm), duals, cache if cache_source else None),
     )
+
+
+def _to_host(costs: list[Tensor]) -> tuple[list[np.ndarray], list[float]]:
+    """The LAPs' inputs ``K = -C`` (float64 numpy) and ``max |C|`` of each cost matrix ``C``.
+
+    From a GPU, every matrix goes in its own dtype into page-locked host memory, all in one
+    pass of copies and one sync (a pageable float64 copy ran at ~2.5 GB/s on an H100 host: 13
+    ms for each n = 2048 matrix), and is widened and negated on the host in one numpy pass;
+    ``max |C|`` is reduced on the device. The values are exactly those of widening on the
+    device (float32 -> float64 and negation are exact)."""
+    if not costs:
+        return [], []
+    costs = [c if c.dtype in (torch.float32, torch.float64) else c.float() for c in costs]
+    norms = torch.stack([torch.linalg.vector_norm(c, float("inf")) for c in costs])
+    if costs[0].device.type == "cuda":
+        hosts = []
+        for c in costs:
+            buffer = torch.empty(c.shape, dtype=c.dtype, pin_memory=True)
+            buffer.copy_(c, non_blocking=True)
+            hosts.append(buffer)
+        scales = norms.double().cpu().tolist()  # after the copies on the stream: they are done
+    else:
+        hosts = [c.cpu() for c in costs]
+        scales = norms.double().tolist()
+    return [np.negative(h.numpy(), dtype=np.float64) for h in hosts], scales
 
 
 def _cost_error(

@@ -363,3 +363,19 @@ def test_history_is_the_objective(method):
     res = weight_matching(sa, sb, spec, method=method, init=init)
     assert res.history[0] == pytest.approx(exact(init), rel=1e-6)
     assert res.history[-1] == pytest.approx(exact(res.perm), rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_cost_matrices_reach_the_lap_exactly_negated_and_widened(dtype, device):
+    """The LAP's inputs ``K = -C`` in float64 and ``max |C|``, from any device and dtype: the
+    exact values of widening ``C`` first (from a GPU through page-locked memory)."""
+    from lmc.permutation.weight_matching import _to_host
+
+    gen = torch.Generator().manual_seed(0)
+    costs = [torch.randn(n, n, generator=gen).to(dtype) * 1e3 for n in (5, 64, 1)]
+    hosts, scales = _to_host([c.to(device) for c in costs])
+    for c, k, scale in zip(costs, hosts, scales):
+        wide = c.double().numpy()
+        assert k.dtype == np.float64 and np.array_equal(k, -wide)
+        assert scale == np.abs(wide).max()
+    assert _to_host([]) == ([], [])
