@@ -39,6 +39,7 @@ from lmc.permutation.derive_spaces import (
     Feature,
     Member,
     NotExpressible,
+    ParamT,
     ParamUse,
     Several,
     Spaces,
@@ -47,6 +48,7 @@ from lmc.permutation.derive_spaces import (
 from lmc.permutation.derive_spaces import node_arg as _arg
 from lmc.permutation.derive_spaces import node_shape as _shape
 from lmc.permutation.derive_trace import trace_for_derivation
+from lmc.permutation.derive_views import ViewRules
 from lmc.permutation.derive_where import describe as _describe
 from lmc.permutation.derive_where import untraceable_at as _untraceable_at
 from lmc.permutation.spec import PermutationSpec, aliases
@@ -71,7 +73,7 @@ def _nodes(args: Any) -> list[fx.Node]:
     return out
 
 
-class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
+class _Deriver(AttentionRules, ShapeRules, ViewRules, FunctionalRules):
     def __init__(self, gm: fx.GraphModule, model: nn.Module) -> None:
         self.gm = gm
         self.sp = Spaces()
@@ -260,7 +262,7 @@ class _Deriver(AttentionRules, ShapeRules, FunctionalRules):
             v = self.val.get(a)
             if self._live(v):
                 raise self.err("cannot derive how a permutation passes through this operation")
-            if isinstance(v, ParamUse):
+            if isinstance(v, (ParamUse, ParamT)):
                 raise self.err(
                     f"parameter {v.key!r} is used outside its module in a way derive_spec "
                     "does not know; write a PermutationSpec by hand"

@@ -55,6 +55,14 @@ class ParamUse:
 
 
 @dataclass(frozen=True)
+class ParamT:
+    """A 2-D parameter used outside its module transposed (``rel_k.transpose(-1, -2)`` in
+    BoTNet's relative position logits); only a matrix product reads it (its axes swapped)."""
+
+    key: str
+
+
+@dataclass(frozen=True)
 class ParamCat:
     """One-axis parameters and constants concatenated (EVA's and Swin V2's ``qkv_bias =
     cat(q_bias, k_bias, v_bias)``): each part's state-dict key (``None``: a constant, with

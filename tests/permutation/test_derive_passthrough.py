@@ -447,3 +447,33 @@ def test_q_k_v_interleaved_head_by_head_are_permuted_within_each_block():
     assert [b[0] for b in blocks] == [q, k, v, q, k, v]
     assert all(b[1] == axes["embed.weight"][0] for b in blocks)
     assert axes["proj.weight#0"][1:] == (None, v)
+
+
+class PatchFold(nn.Module):
+    """MobileViT's unfold and fold: the channels merged into the batch axis with the patch rows
+    (``(B x C x n_h, p_h, n_w, p_w)``), then brought back as the last axis of ``(B x P, N, C)``
+    for a token Linear, and folded back to ``(B, C, H, W)``."""
+
+    def __init__(self, channels: int = 6, patch: int = 2) -> None:
+        super().__init__()
+        self.patch = patch
+        self.conv, self.fc = nn.Conv2d(3, channels, 1), nn.Linear(channels, channels)
+        self.proj, self.head = nn.Conv2d(channels, 4, 1), nn.Linear(4, 3)
+
+    def forward(self, x):
+        x = self.conv(x)
+        b, c, h, w = x.shape
+        p, nh, nw = self.patch, h // self.patch, w // self.patch
+        x = x.reshape(b * c * nh, p, nw, p).transpose(1, 2)
+        x = x.reshape(b, c, nh * nw, p * p).transpose(1, 3).reshape(b * p * p, nh * nw, -1)
+        x = F.gelu(self.fc(x))
+        x = x.contiguous().view(b, p * p, nh * nw, -1).transpose(1, 3).reshape(b * c * nh, nw, p, p)
+        x = x.transpose(1, 2).reshape(b, c, nh * p, nw * p)
+        return self.head(self.proj(x).mean((2, 3)))
+
+
+def test_channels_folded_into_the_batch_axis_with_fixed_factors_come_back_whole():
+    axes = _recovers(PatchFold().eval(), torch.randn(2, 3, 4, 6))
+    channels = axes["conv.weight"][0]
+    assert channels is not None and axes["fc.weight"] == (axes["fc.bias"][0], channels)
+    assert axes["proj.weight"][1] == axes["fc.bias"][0] is not None
