@@ -396,17 +396,24 @@ def _to_host(costs: list[Tensor]) -> tuple[list[np.ndarray], list[float]]:
     if not costs:
         return [], []
     costs = [c if c.dtype in (torch.float32, torch.float64) else c.float() for c in costs]
-    norms = torch.stack([torch.linalg.vector_norm(c, float("inf")) for c in costs])
+    norms = torch.stack(
+        [
+            torch.linalg.vector_norm(c, float("inf")).double()
+            if c.numel()
+            else c.new_zeros((), dtype=torch.float64)
+            for c in costs
+        ]
+    )
     if costs[0].device.type == "cuda":
         hosts = []
         for c in costs:
             buffer = torch.empty(c.shape, dtype=c.dtype, pin_memory=True)
             buffer.copy_(c, non_blocking=True)
             hosts.append(buffer)
-        scales = norms.double().cpu().tolist()  # after the copies on the stream: they are done
+        scales = norms.cpu().tolist()  # after the copies on the stream: they are done
     else:
         hosts = [c.cpu() for c in costs]
-        scales = norms.double().tolist()
+        scales = norms.tolist()
     return [np.negative(h.numpy(), dtype=np.float64) for h in hosts], scales
 
 

@@ -372,10 +372,11 @@ def test_cost_matrices_reach_the_lap_exactly_negated_and_widened(dtype, device):
     from lmc.permutation.weight_matching import _to_host
 
     gen = torch.Generator().manual_seed(0)
-    costs = [torch.randn(n, n, generator=gen).to(dtype) * 1e3 for n in (5, 64, 1)]
+    costs = [torch.randn(n, n, generator=gen).to(dtype) * 1e3 for n in (5, 64, 1, 0)]
+    costs.append(torch.randn(3, 3, generator=gen, dtype=torch.float64))  # mixed dtypes
     hosts, scales = _to_host([c.to(device) for c in costs])
     for c, k, scale in zip(costs, hosts, scales):
         wide = c.double().numpy()
         assert k.dtype == np.float64 and np.array_equal(k, -wide)
-        assert scale == np.abs(wide).max()
+        assert scale == np.abs(wide).max(initial=0.0)
     assert _to_host([]) == ([], [])
