@@ -12,14 +12,13 @@ read like any other run. This is the CLI glue; the algorithm is in :mod:`lmc.pop
 from __future__ import annotations
 
 import copy
-import io
-import re
+import functools
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import lightning as L
@@ -28,18 +27,29 @@ import yaml
 from jsonargparse import Namespace
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+from lightning.pytorch.loggers.utilities import _log_hyperparams
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from lmc.data.base import epoch_order
 from lmc.io import atomic_write, config_to_save, load_state
-from lmc.loggers import WandbLogger as LmcWandbLogger
 from lmc.population.checks import (
     check_task,
     check_trainer,
     choose_device,
     population_seeds,
     train_tensors,
+)
+from lmc.population.members import (
+    WRITERS,
+    MemberTrainer,
+    MetricSink,
+    member_configs,
+    member_logger,
+    plain_values,
+    to_cpu,
+    write_member,
+    write_text,
 )
 from lmc.population.train import Population, train_population
 from lmc.population.vectorize import (
@@ -254,8 +264,8 @@ class PopulationFit:
         values: dict[str, list[float]] = {}
         for k, task in enumerate(self.tasks):
             load_state(task.net, member_state(self.params, self.buffers, k))
-            sink = _Collect()
-            trainer = _MemberTrainer(epoch, step, self.epochs, [sink])
+            sink = MetricSink()
+            trainer = MemberTrainer(epoch, step, self.epochs, [sink])
             for cb in callbacks:
                 getattr(cb, hook)(trainer, task)
             for name, value in sink.metrics.items():
@@ -325,6 +335,8 @@ class PopulationFit:
                 logger.experiment.finish()
         # the member folders already hold their checkpoints and config: not an old run's logs
         warnings.filterwarnings("ignore", "Experiment logs directory .* exists and is not empty")
+        task, dm = self.tasks[0], self.datamodule
+        csv_text: Callable[[int], str] | None = None
         for k, seed in enumerate(self.seeds):
             folder = self.member_dir(seed)
             cfg = {**self._member_cfg, "seed_everything": seed}  # its config.yaml, parsed
@@ -332,7 +344,18 @@ class PopulationFit:
                 member = member_logger(main, folder, seed)
                 if member is None:
                     continue
-                member.log_hyperparams(cfg)
+                if isinstance(member, CSVLogger) and csv_text is not None:
+                    # the first member's hparams.yaml with this one's seed: one YAML dump for
+                    # all (Lightning dumps the whole dict twice a call, key by key first)
+                    path = Path(member.experiment.log_dir) / member.experiment.NAME_HPARAMS_FILE
+                    atomic_write(path, functools.partial(write_text, csv_text(seed)), mode="w")
+                else:  # the CLI's config, then what the twin's Trainer logs at fit start
+                    member.log_hyperparams(cfg)
+                    fit = SimpleNamespace(loggers=[member], lightning_module=task, datamodule=dm)
+                    _log_hyperparams(fit)  # type: ignore[arg-type]
+                    if isinstance(member, CSVLogger):
+                        path = Path(member.experiment.log_dir) / member.experiment.NAME_HPARAMS_FILE
+                        csv_text = member_configs(path.read_text())
                 for step, metrics in self.member_metrics(k):
                     member.log_metrics(metrics, step=step)
                 member.save()
@@ -375,16 +398,16 @@ class PopulationFit:
                     "global_step": step,
                     "pytorch-lightning_version": L.__version__,
                     "state_dict": {n: v.detach().cpu() for n, v in task.state_dict().items()},
-                    "optimizer_states": [_to_cpu(member_optimizer_state(opt_state, params, k))],
+                    "optimizer_states": [to_cpu(member_optimizer_state(opt_state, params, k))],
                     "lr_schedulers": scheds,
                     "hparams_name": "kwargs",
-                    "hyper_parameters": _plain(dict(task.hparams)),
+                    "hyper_parameters": plain_values(dict(task.hparams)),
                     "population": {"seeds": list(self.seeds), "member": k},
                 }
                 if len(pending) == WRITERS:
                     pending.pop(0).result()
                 pending.append(
-                    pool.submit(_write_member, self.member_dir(seed), config_of(seed), ckpt, names)
+                    pool.submit(write_member, self.member_dir(seed), config_of(seed), ckpt, names)
                 )
             for job in pending:
                 job.result()
@@ -394,94 +417,3 @@ def _same_state(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     """Whether two modules hold equal state dicts (the same keys, equal tensors)."""
     sa, sb = a.state_dict(), b.state_dict()
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
-
-
-#: member folders written at once by :meth:`PopulationFit._write_members`
-WRITERS = 8
-
-
-def _write_member(folder: Path, config: str, ckpt: dict[str, Any], names: Sequence[str]) -> None:
-    """One member's ``config.yaml`` and its checkpoint under each of ``names`` (serialised
-    once: the files are byte for byte the same), each written atomically and flushed."""
-    atomic_write(folder / "config.yaml", lambda f: f.write(config), mode="w")
-    buffer = io.BytesIO()
-    torch.save(ckpt, buffer)
-    data = buffer.getbuffer()
-    for name in names:
-        atomic_write(folder / "checkpoints" / name, lambda f: f.write(data))
-
-
-def member_configs(first: str) -> Callable[[int], str]:
-    """Member ``seed``'s ``config.yaml`` from the first member's dump: the same text with its
-    own top-level ``seed_everything``. The substitution is checked once, by parsing (the
-    members' texts differ only in that integer)."""
-    parts = re.split(r"^seed_everything: .*$", first, maxsplit=1, flags=re.M)
-    probe = 2**31 - 7
-    text = f"seed_everything: {probe}".join(parts) if len(parts) == 2 else first
-    if len(parts) != 2 or yaml.safe_load(text).get("seed_everything") != probe:
-        raise RuntimeError(f"cannot set the member seed_everything in the config:\n{first}")
-    before, after = parts
-    return lambda seed: f"{before}seed_everything: {seed}{after}"
-
-
-class _Collect:
-    """A logger stand-in that keeps what a callback logs."""
-
-    def __init__(self) -> None:
-        self.metrics: dict[str, float] = {}
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.metrics |= {k: float(v) for k, v in metrics.items() if k != "epoch"}
-
-
-@dataclass
-class _MemberTrainer:
-    """What a measurement callback reads of its Trainer, for one member at one point."""
-
-    current_epoch: int
-    global_step: int
-    max_epochs: int
-    loggers: list[_Collect]
-    sanity_checking: bool = False
-    is_global_zero: bool = True
-    ckpt_path: None = None
-
-
-def member_logger(main: Logger, folder: Path, seed: int) -> Logger | None:
-    """A logger of ``main``'s kind writing into the member folder ``folder``: CSV straight
-    into it (``folder/metrics.csv``), W&B as a run of its own named ``<run>-seed=<seed>`` in
-    the population run's group (the study's, else the population run's id); ``None`` for
-    other kinds (their per-member columns stay in the population's run)."""
-    if isinstance(main, WandbLogger):
-        init = main._wandb_init
-        return LmcWandbLogger(
-            name=f"{init.get('name') or 'population'}-seed={seed}",
-            save_dir=str(folder),
-            project=init.get("project") or "lmc",
-            offline=main._offline,
-            tags=[*(init.get("tags") or []), "population-member"],
-            group=init.get("group") or f"population-{main.version}",
-            job_type=init.get("job_type"),
-        )
-    if isinstance(main, CSVLogger):
-        return CSVLogger(str(folder.parent), name=folder.name, version="")
-    return None
-
-
-def _to_cpu(obj: Any) -> Any:
-    if isinstance(obj, Tensor):
-        return obj.cpu()
-    if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_to_cpu(v) for v in obj]
-    return obj
-
-
-def _plain(obj: Any) -> Any:
-    """Hyper-parameters as plain containers (loadable with ``weights_only=True``)."""
-    if isinstance(obj, dict) or hasattr(obj, "items"):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj

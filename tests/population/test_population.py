@@ -217,6 +217,19 @@ def test_every_member_has_its_own_metrics_csv_with_the_sequential_names(teacher_
         assert mine["epoch"] == 1
 
 
+def test_every_member_logs_the_hyperparameters_its_sequential_run_logs(teacher_sgd):
+    """A member's ``hparams.yaml`` (CSV) is its twin's: the CLI's config with its own seed and
+    the task's hyper-parameters (up to the run's folder and spawn points)."""
+    pop, seq = teacher_sgd
+    for seed in SEEDS:
+        mine = yaml.safe_load((pop / "members" / f"seed={seed}" / "hparams.yaml").read_text())
+        twin = yaml.safe_load((seq[seed] / "hparams.yaml").read_text())
+        for h in (mine, twin):
+            h["trainer"].pop("default_root_dir"), h["trainer"]["logger"]["init_args"].pop("save_dir")
+            h.pop("spawn_points"), h.pop("population", None)
+        assert mine == twin and mine["seed_everything"] == seed and "net" in mine
+
+
 def test_every_member_is_a_wandb_run_of_its_own_in_the_population_group(tmp_path):
     # the teacher config's own logger: W&B (offline, under tmp_path)
     run_cli(
