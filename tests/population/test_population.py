@@ -225,7 +225,10 @@ def test_every_member_logs_the_hyperparameters_its_sequential_run_logs(teacher_s
         mine = yaml.safe_load((pop / "members" / f"seed={seed}" / "hparams.yaml").read_text())
         twin = yaml.safe_load((seq[seed] / "hparams.yaml").read_text())
         for h in (mine, twin):
-            h["trainer"].pop("default_root_dir"), h["trainer"]["logger"]["init_args"].pop("save_dir")
+            (
+                h["trainer"].pop("default_root_dir"),
+                h["trainer"]["logger"]["init_args"].pop("save_dir"),
+            )
             h.pop("spawn_points"), h.pop("population", None)
         assert mine == twin and mine["seed_everything"] == seed and "net" in mine
 
