@@ -49,7 +49,8 @@ import pstats
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -220,6 +221,22 @@ DEVICE = torch.device("cpu")
 PROFILE_CALL = False
 
 
+@contextmanager
+def _profiled(on: bool, title: str) -> Iterator[None]:
+    """With ``on``, the block under cProfile, then ``title`` and its 22 costliest functions."""
+    if not on:
+        yield
+        return
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        yield
+    finally:
+        profile.disable()
+        print(title)
+        pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(22)
+
+
 def _state(model: nn.Module) -> dict[str, Tensor]:
     return {k: v.detach().to(DEVICE) for k, v in model.state_dict().items()}
 
@@ -283,13 +300,8 @@ def regime_repeat(
     spec = spec_for(a)
     target, source = _state(a), _state(b)
     n_params = sum(t.numel() for t in source.values())
-    profile = cProfile.Profile()
-    if PROFILE_CALL and calls == 0:  # the cold call alone: where its time goes
-        profile.enable()
-    cold = weight_matching(target, source, spec, method="accelerated")
-    profile.disable()
-    if PROFILE_CALL and calls == 0:
-        pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(22)
+    with _profiled(PROFILE_CALL and calls == 0, f"[{label}] profile of the cold call:"):
+        cold = weight_matching(target, source, spec, method="accelerated")
     print(
         f"[{label}] {n_params / 1e6:.1f}M params, {len(spec.groups)} groups; cold accelerated "
         f"call to start: {cold.seconds:.2f}s, {cold.sweeps} sweeps, {cold.solves} solves "
@@ -311,14 +323,9 @@ def regime_repeat(
         r = weight_matching(target, source, spec, method="plain", init=perm_plain, seed=t)
         perm_plain = r.perm
         rows["plain"].append((r.seconds, r.sweeps, r.solve_seconds, r.cost_seconds))
-        if PROFILE_CALL and t == calls - 1:  # where an accelerated call's time goes
-            profile = cProfile.Profile()
-            profile.enable()
-        r = weight_matching(target, source, spec, method="accelerated", init=state, seed=t)
-        if PROFILE_CALL and t == calls - 1:
-            profile.disable()
-            print(f"[{label}] profile of the last accelerated call ({r.seconds:.3f}s):")
-            pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(22)
+        last = PROFILE_CALL and t == calls - 1
+        with _profiled(last, f"[{label}] profile of the last accelerated call:"):
+            r = weight_matching(target, source, spec, method="accelerated", init=state, seed=t)
         state = r.state
         rows["accelerated"].append((r.seconds, r.sweeps, r.solve_seconds, r.cost_seconds))
         if identity_plain:

@@ -103,12 +103,13 @@ def _no_functional_dropout(on: bool) -> Iterator[None]:
             setattr(F, n, fn)
 
 
-def _untied(model: nn.Module, state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+def _untied(state: Mapping[str, Tensor], names: Mapping[str, list[str]]) -> dict[str, Tensor]:
     """``state`` with one name per tensor the model shares between modules (CoaT's shared
-    position encoding): ``functional_call`` takes each shared tensor once. The names of one
-    shared tensor must have been permuted alike, else the spec is wrong (checked here)."""
+    position encoding; ``names``: :func:`~lmc.permutation.spec.aliases` of the model):
+    ``functional_call`` takes each shared tensor once. The names of one shared tensor must
+    have been permuted alike, else the spec is wrong (checked here)."""
     shared: set[str] = set()
-    for name, others in aliases(model).items():  # the first name of each tensor comes first
+    for name, others in names.items():  # the first name of each tensor comes first
         if name in shared or name not in state:
             continue
         for other in others:
@@ -124,11 +125,15 @@ def _untied(model: nn.Module, state: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 
 def _forward(
-    model: nn.Module, state: Mapping[str, Tensor], x: tuple[Tensor, ...], train: bool
+    model: nn.Module,
+    state: Mapping[str, Tensor],
+    x: tuple[Tensor, ...],
+    train: bool,
+    shared: Mapping[str, list[str]],
 ) -> Tensor:
     # buffers are cloned: train-mode BatchNorm updates running stats in the tensors it is given
     buffers = dict(model.named_buffers())
-    state = {k: v.clone() if k in buffers else v for k, v in _untied(model, state).items()}
+    state = {k: v.clone() if k in buffers else v for k, v in _untied(state, shared).items()}
     dtype = next((v.dtype for v in state.values() if v.is_floating_point()), None)
     for k, b in buffers.items():  # buffers outside the state dict (non-persistent) in its dtype
         if k not in state and b.is_floating_point() and dtype is not None and b.dtype != dtype:
@@ -207,7 +212,8 @@ def check_spec(
     if dtype is not None:
         base = {k: v.to(dtype) if v.is_floating_point() else v for k, v in base.items()}
         x = tuple(t.to(dtype) if t.is_floating_point() else t for t in x)
-    ref = {mode: _forward(model, base, x, mode == "train") for mode in ("train", "eval")}
+    shared = aliases(model)  # names of one tensor shared by modules
+    ref = {mode: _forward(model, base, x, mode == "train", shared) for mode in ("train", "eval")}
 
     def derange(n: int) -> Tensor:
         if n < 2:
@@ -227,7 +233,7 @@ def check_spec(
         permuted = _permuted(base, spec, perm, None if name == "<all groups>" else name)
         failed = []
         for mode in ("train", "eval"):
-            out = _forward(model, permuted, x, mode == "train")
+            out = _forward(model, permuted, x, mode == "train", shared)
             diff = float((out - ref[mode]).abs().max()) if out.numel() else 0.0
             bound = atol + rtol * float(ref[mode].abs().max())
             report.max_abs_diff = max(report.max_abs_diff, diff)

@@ -27,13 +27,15 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from lmc.permutation.derive_attention import AttentionRules, is_fused_qkv_attention
 from lmc.permutation.derive_functional import FunctionalRules
-from lmc.permutation.derive_ops import ACTIVATIONS as _ACTIVATIONS
-from lmc.permutation.derive_ops import BINARY_FUNCTIONS as _BINARY_FUNCTIONS
-from lmc.permutation.derive_ops import BINARY_METHODS as _BINARY_METHODS
-from lmc.permutation.derive_ops import ELEMENTWISE_FUNCTIONS as _ELEMENTWISE_FUNCTIONS
-from lmc.permutation.derive_ops import ELEMENTWISE_METHODS as _ELEMENTWISE_METHODS
-from lmc.permutation.derive_ops import ELEMENTWISE_NAMES as _ELEMENTWISE_NAMES
-from lmc.permutation.derive_ops import PASS_MODULES as _PASS_MODULES
+from lmc.permutation.derive_ops import (
+    ACTIVATIONS,
+    BINARY_FUNCTIONS,
+    BINARY_METHODS,
+    ELEMENTWISE_FUNCTIONS,
+    ELEMENTWISE_METHODS,
+    ELEMENTWISE_NAMES,
+    PASS_MODULES,
+)
 from lmc.permutation.derive_shapes import ShapeRules
 from lmc.permutation.derive_spaces import (
     Feature,
@@ -179,11 +181,11 @@ class _Deriver(AttentionRules, ShapeRules, ViewRules, FunctionalRules):
             self._param(target, "weight", (s,))
             self._point(target, v, 0)
             return v
-        if isinstance(mod, _ACTIVATIONS):
+        if isinstance(mod, ACTIVATIONS):
             v = self._in(node)
             self._point(target, v, 0)
             return v
-        if isinstance(mod, _PASS_MODULES):
+        if isinstance(mod, PASS_MODULES):
             return self._in(node)
         if isinstance(mod, nn.Flatten):
             return self._flatten(node, mod.start_dim, mod.end_dim)
@@ -272,11 +274,11 @@ class _Deriver(AttentionRules, ShapeRules, ViewRules, FunctionalRules):
     def call_function(self, node: fx.Node) -> Any:
         fn = node.target
         name = getattr(fn, "__name__", "")
-        if fn in _BINARY_FUNCTIONS:
+        if fn in BINARY_FUNCTIONS:
             return self._broadcast(node, list(node.args[:2]))
         if fn in (torch.addcmul, torch.addcdiv):  # input + value * t1 (* or /) t2
             return self._broadcast(node, list(node.args[:3]))
-        if fn in _ELEMENTWISE_FUNCTIONS or name in _ELEMENTWISE_NAMES:
+        if fn in ELEMENTWISE_FUNCTIONS or name in ELEMENTWISE_NAMES:
             return self._in(node) if isinstance(self.val.get(node.args[0]), Feature) else None
         if fn is torch.flatten:
             return self._flatten(node, _arg(node, 1, "start_dim", 0), _arg(node, 2, "end_dim", -1))
@@ -343,9 +345,9 @@ class _Deriver(AttentionRules, ShapeRules, ViewRules, FunctionalRules):
         src = self.val.get(node.args[0]) if node.args else None
         if name in _SHAPE_METHODS:
             return None
-        if name in _BINARY_METHODS:
+        if name in BINARY_METHODS:
             return self._broadcast(node, list(node.args[:2]))
-        if name in _ELEMENTWISE_METHODS:
+        if name in ELEMENTWISE_METHODS:
             return src if isinstance(src, (Feature, ParamUse)) else self._generic(node)
         if name == "flatten":
             return self._flatten(node, _arg(node, 1, "start_dim", 0), _arg(node, 2, "end_dim", -1))
@@ -453,9 +455,8 @@ def derive_spec(model: nn.Module, example_input: Tensor | tuple[Tensor, ...]) ->
     """
     name = type(model).__name__
     inputs = example_input if isinstance(example_input, tuple) else (example_input,)
-    gm, failure = trace_for_derivation(model, inputs, _Tracer, is_fused_qkv_attention)
-    if failure is not None:
-        e = failure
+    gm, e = trace_for_derivation(model, inputs, _Tracer, is_fused_qkv_attention)
+    if e is not None:
         at = _untraceable_at(model, e)
         raise SpecDerivationError(
             f"torch.fx could not trace {name}{f' at {at}' if at else ''} "

@@ -78,7 +78,7 @@ class ConcreteTracer(fx.Tracer):
     def __init__(self, inputs: tuple[Any, ...], leaf: Any = None) -> None:
         super().__init__()
         self.inputs = list(inputs)
-        self.leaf = leaf  # (module, name) -> bool: modules kept whole besides torch's own
+        self.leaf = leaf  # module -> bool: modules kept whole besides torch's own
 
     real = False  # computing a value: modules run as they are (fx patches calls, attributes)
 

@@ -12,7 +12,6 @@ read like any other run. This is the CLI glue; the algorithm is in :mod:`lmc.pop
 from __future__ import annotations
 
 import copy
-import functools
 import time
 import warnings
 from collections.abc import Callable
@@ -25,6 +24,7 @@ import lightning as L
 import torch
 import yaml
 from jsonargparse import Namespace
+from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from lightning.pytorch.loggers.utilities import _log_hyperparams
@@ -47,9 +47,7 @@ from lmc.population.members import (
     member_configs,
     member_logger,
     plain_values,
-    to_cpu,
     write_member,
-    write_text,
 )
 from lmc.population.train import Population, train_population
 from lmc.population.vectorize import (
@@ -344,17 +342,19 @@ class PopulationFit:
                 member = member_logger(main, folder, seed)
                 if member is None:
                     continue
-                if isinstance(member, CSVLogger) and csv_text is not None:
+                csv = isinstance(member, CSVLogger)
+                if csv:
+                    path = Path(member.experiment.log_dir) / member.experiment.NAME_HPARAMS_FILE
+                if csv and csv_text is not None:
                     # the first member's hparams.yaml with this one's seed: one YAML dump for
                     # all (Lightning dumps the whole dict twice a call, key by key first)
-                    path = Path(member.experiment.log_dir) / member.experiment.NAME_HPARAMS_FILE
-                    atomic_write(path, functools.partial(write_text, csv_text(seed)), mode="w")
+                    text = csv_text(seed)
+                    atomic_write(path, lambda f, text=text: f.write(text), mode="w")
                 else:  # the CLI's config, then what the twin's Trainer logs at fit start
                     member.log_hyperparams(cfg)
                     fit = SimpleNamespace(loggers=[member], lightning_module=task, datamodule=dm)
                     _log_hyperparams(fit)  # type: ignore[arg-type]
-                    if isinstance(member, CSVLogger):
-                        path = Path(member.experiment.log_dir) / member.experiment.NAME_HPARAMS_FILE
+                    if csv:
                         csv_text = member_configs(path.read_text())
                 for step, metrics in self.member_metrics(k):
                     member.log_metrics(metrics, step=step)
@@ -398,7 +398,9 @@ class PopulationFit:
                     "global_step": step,
                     "pytorch-lightning_version": L.__version__,
                     "state_dict": {n: v.detach().cpu() for n, v in task.state_dict().items()},
-                    "optimizer_states": [to_cpu(member_optimizer_state(opt_state, params, k))],
+                    "optimizer_states": [
+                        move_data_to_device(member_optimizer_state(opt_state, params, k), "cpu")
+                    ],
                     "lr_schedulers": scheds,
                     "hparams_name": "kwargs",
                     "hyper_parameters": plain_values(dict(task.hparams)),

@@ -15,16 +15,9 @@ from typing import Any
 import torch
 import yaml
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
-from torch import Tensor
 
 from lmc.io import atomic_write
 from lmc.loggers import WandbLogger as LmcWandbLogger
-
-
-def write_text(text: str, f: Any) -> None:
-    """``text`` into the open file ``f`` (a writer for :func:`lmc.io.atomic_write`)."""
-    f.write(text)
-
 
 #: member folders written at once by :meth:`PopulationFit._write_members`
 WRITERS = 8
@@ -96,16 +89,6 @@ def member_logger(main: Logger, folder: Path, seed: int) -> Logger | None:
     if isinstance(main, CSVLogger):
         return CSVLogger(str(folder.parent), name=folder.name, version="")
     return None
-
-
-def to_cpu(obj: Any) -> Any:
-    if isinstance(obj, Tensor):
-        return obj.cpu()
-    if isinstance(obj, dict):
-        return {k: to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [to_cpu(v) for v in obj]
-    return obj
 
 
 def plain_values(obj: Any) -> Any:
