@@ -417,3 +417,26 @@ def test_a_broken_pair_whose_column_has_room_is_kept_without_a_path():
     # only column j's dual moved, by the gap (no row went through the row reduction)
     assert np.array_equal(np.delete(warm.v, j), np.delete(cold.v, j))
     assert warm.v[j] - cold.v[j] == pytest.approx(room / 2, rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["normal", "ties", "flat"])
+def test_float32_costs_solve_as_their_float64_widening(kind):
+    """float32 costs go to the kernel as they are (weight matching's cost matrices): every
+    operation on them widens them exactly, so assignment and duals equal the float64 solve's,
+    bit for bit, cold and warm (and through the auction on flat costs)."""
+    from lmc.permutation.lap_sap import sap_square
+
+    n = 300
+    cost = (_flat(n, 1) if kind == "flat" else _matrix(kind, n, n, 1)).astype(np.float32)
+    wide = cost.astype(np.float64)
+    moved = (wide + 0.01 * np.random.default_rng(2).normal(size=(n, n))).astype(np.float32)
+    for c32 in (cost, moved):
+        warm = sap_square(wide)
+        for start in ((None, None), (warm[0], warm[2])):
+            a = sap_square(c32, *start)
+            b = sap_square(c32.astype(np.float64), *start)
+            for x, y in zip(a, b):
+                assert np.array_equal(x, y)
+    sol32, sol64 = sap_solver(cost[:, :200]), sap_solver(wide[:, :200])  # padded rectangles
+    assert np.array_equal(sol32.perm, sol64.perm) and np.array_equal(sol32.v, sol64.v)
+    assert sap_solver(cost).u.dtype == np.float64
