@@ -23,7 +23,9 @@ says so, and the others still run. The parts:
 * ``wm``: ``benchmarks/weight_matching.py --only-trained --device cuda``: repeated matching of
   trained ResNet-20 x16 (``wm_repeat_speedup_resnet20x16_trained``, 3 calls) and the cold call on
   trained VGG-11 x4 (``wm_vgg11x4_trained_cold_s``; its repeated calls are left out: plain
-  matching of VGG-11 x4 takes minutes a call, and the part hit its cap on the H200).
+  matching of VGG-11 x4 takes minutes a call, and the part hit its cap on the H200), then that
+  cold call twice more, with the LAPs' concurrency cap and with the cap before 11-27d side by
+  side (an info line).
 * ``stemm``: ``benchmarks/ste_mm.py --epoch-only --device cuda``: one STE-MM epoch of 3 MNIST
   MLPs (``stemm_epoch_s``).
 
@@ -110,8 +112,9 @@ PARTS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     ),
     "wm": (
         [PY, "benchmarks/weight_matching.py", "--only-trained", "--device", "cuda"]
-        + ["--calls", "3", "--vgg-calls", "0", "--profile-call"],
-        150,
+        + ["--calls", "3", "--vgg-calls", "0", "--profile-call"]
+        + ["--compare-lap-cells", str(3 * 1024 * 1024)],  # the cap before 11-27d, side by side
+        180,
         {
             "wm_repeat_speedup_resnet20x16_trained": "wm_repeat_speedup_resnet20x16_trained",
             "wm_vgg11x4_trained_cold_s": "wm_vgg11x4_trained_cold_s",

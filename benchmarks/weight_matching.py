@@ -43,6 +43,7 @@ import argparse
 import cProfile
 import gzip
 import hashlib
+import importlib
 import inspect
 import os
 import pstats
@@ -67,6 +68,8 @@ from lmc.permutation import PermutationSpec, spec_for, weight_matching  # noqa: 
 from lmc.permutation._costs import Problem, SourceCache  # noqa: E402
 from lmc.permutation.lap import sap_solver  # noqa: E402
 from lmc.permutation.spec import Permutation  # noqa: E402
+
+WM_MODULE = importlib.import_module("lmc.permutation.weight_matching")  # the function's module
 
 CACHE = ROOT / "benchmarks" / ".cache"
 
@@ -371,6 +374,29 @@ def regime_repeat(
     return speedup, cold.seconds
 
 
+def compare_lap_cells(label: str, a: nn.Module, b: nn.Module, cells: int) -> None:
+    """The cold accelerated call again, then with at most ``cells`` cost entries in LAPs
+    solved at once, side by side (the same permutations: batching follows the one-by-one
+    trajectory)."""
+    spec = spec_for(a)
+    target, source = _state(a), _state(b)
+    default = WM_MODULE.CONCURRENT_LAP_CELLS
+    runs = {}
+    for cap in (default, cells):
+        WM_MODULE.CONCURRENT_LAP_CELLS = cap
+        try:
+            runs[cap] = weight_matching(target, source, spec, method="accelerated")
+        finally:
+            WM_MODULE.CONCURRENT_LAP_CELLS = default
+    same = all(torch.equal(runs[default].perm[g], runs[cells].perm[g]) for g in runs[cells].perm)
+    print(
+        f"[{label} trained] info: cold call with LAPs of at most {default} entries at once "
+        f"(the default) {runs[default].seconds:.2f}s (LAP {runs[default].solve_seconds:.2f}s), "
+        f"at most {cells}: {runs[cells].seconds:.2f}s (LAP {runs[cells].solve_seconds:.2f}s); "
+        f"same permutations: {same}"
+    )
+
+
 def regime_cold(label: str, a: nn.Module, b: nn.Module, repeats: int) -> tuple[float, float]:
     """Regime (b); returns (plain / reference, accelerated / reference) time ratios."""
     spec = spec_for(a)
@@ -472,6 +498,13 @@ def main(argv: list[str] | None = None) -> None:
         help="print a cProfile of the last accelerated call of each repeated regime",
     )
     p.add_argument(
+        "--compare-lap-cells",
+        type=int,
+        default=0,
+        help="then the trained VGG's cold call again with at most this many cost entries in "
+        "LAPs solved at once (lmc.permutation.weight_matching.CONCURRENT_LAP_CELLS; info)",
+    )
+    p.add_argument(
         "--only-trained",
         action="store_true",
         help="regime (c) alone: trained ResNet and VGG, repeated calls and the cold call",
@@ -550,6 +583,8 @@ def main(argv: list[str] | None = None) -> None:
         speedups[name], colds[name] = regime_repeat(
             f"{name} trained", pair[0], pair[1], calls, args.drift, with_reference=False
         )
+        if args.compare_lap_cells and name.startswith("vgg"):
+            compare_lap_cells(name, pair[0], pair[1], args.compare_lap_cells)
         del pair
     print(f"total {time.perf_counter() - t0:.0f}s on {_device_name()}")
     mark = "_untrained" if args.untrained else ""

@@ -64,13 +64,15 @@ from lmc.permutation.spec import (
 
 Method = Literal["plain", "accelerated"]
 
-#: LAPs solved at once hold at most this many cost-matrix entries together (float64: 24 MiB).
-#: The kernel scans its matrix row after row, so matrices solved at once compete for the
-#: last-level cache: on the 16-core host of an H200, trained VGG-11 x4's cold call (groups of
-#: 256-2048 units) took 47.2 s with two n = 2048 problems at once against 37.1 s one at a
-#: time, while ResNet-20 x16's repeated calls (n <= 1024, up to three at once) were 8-25 %
-#: faster than one at a time.
-CONCURRENT_LAP_CELLS = 3 * 1024 * 1024
+#: LAPs solved at once hold at most this many cost-matrix entries together (two n = 2048
+#: groups). Matrices solved at once compete for the last-level cache: on the 16-core host of
+#: an H200, trained VGG-11 x4's cold call (groups of 256-2048 units) took 47.2 s with two
+#: n = 2048 problems at once against 37.1 s one at a time, when the kernel still scanned a
+#: column of the matrix for each broken pair; since it reads its (float32) matrix row after row,
+#: two n = 2048 warm solves at once took 0.65 of the time of one after the other on the 2-core
+#: CPU, and that call's LAPs 2.57 instead of 2.97 s (3 x 1024**2 entries, the cap before;
+#: not yet measured on a GPU's host: benchmarks/weight_matching.py --compare-lap-cells).
+CONCURRENT_LAP_CELLS = 2 * 2048 * 2048
 Duals = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
