@@ -158,3 +158,24 @@ def test_weight_matching_benchmark_stops_without_mnist_unless_untrained(tmp_path
     )
     a, b, note = weight_matching.mnist_mlp_pair(untrained=True)  # no data read
     assert note.startswith("UNTRAINED") and not (tmp_path / "cache").exists()
+
+
+def test_the_lap_concurrency_comparison_finds_the_same_permutations(tmp_path, capsys):
+    """``--compare-lap-cells``: the trained VGG's cold call with LAPs one at a time (at most 1
+    entry at once) finds the permutations of the default batching (it follows the one-by-one
+    trajectory), and the module's cap is restored afterwards."""
+    import importlib
+
+    from benchmarks import weight_matching
+
+    module = importlib.import_module("lmc.permutation.weight_matching")
+    cap = module.CONCURRENT_LAP_CELLS
+    args = ["--quick", "--only-trained", "--calls", "1", "--vgg-calls", "0"]
+    weight_matching.main(
+        args + ["--train-images", "16", "--train-epochs", "1"] + ["--compare-lap-cells", "1"]
+    )
+    out = capsys.readouterr().out
+    line = next(s for s in out.splitlines() if "info: cold call with LAPs" in s)
+    assert f"at most {cap} entries at once (the default)" in line and "at most 1:" in line
+    assert line.endswith("same permutations: True")
+    assert module.CONCURRENT_LAP_CELLS == cap
