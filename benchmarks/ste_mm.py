@@ -150,10 +150,10 @@ def main() -> None:
     print(
         f"{len(states)} MNIST MLPs ({args.endpoint_epochs} epochs each); {len(loader)} steps/epoch"
     )
-    from lmc.permutation.lap import sap_solver
+    from lmc.permutation.lap_sap import compile_kernels
 
     t0 = time.perf_counter()
-    sap_solver(torch.randn(8, 8, dtype=torch.float64).numpy())
+    compile_kernels()  # float32 and float64 costs, and the auction
     print(f"LAP kernel ready (numba compile or cache load): {time.perf_counter() - t0:.2f} s")
     device = torch.device(args.device)
     setup, epoch_s, final = epoch_seconds(net, states[: args.epoch_models], spec, loader, device)

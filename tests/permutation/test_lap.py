@@ -487,3 +487,14 @@ def test_auction_with_kept_minima_bids_as_the_scanning_one(kind):
         (xa, va, ba), (xb, vb, bb) = out
         assert ba == bb and ba > 48  # rows were outbid
         assert np.array_equal(xa, xb) and np.array_equal(va, vb)
+
+
+def test_compile_kernels_prepares_both_dtypes_and_the_auction():
+    """After :func:`compile_kernels` the kernel and the auction hold a compiled version for
+    float32 and for float64 costs (a benchmark's first timed solve compiles nothing)."""
+    from lmc.permutation import lap_sap
+
+    lap_sap.compile_kernels()
+    for kernel in (lap_sap._sap_kernel, lap_sap._auction):
+        dtypes = {str(sig[0].dtype) for sig in kernel.signatures}
+        assert {"float32", "float64"} <= dtypes, (kernel, dtypes)
