@@ -383,6 +383,8 @@ def compare_lap_cells(label: str, a: nn.Module, b: nn.Module, cells: int) -> Non
     target, source = _state(a), _state(b)
     default = WM_MODULE.CONCURRENT_LAP_CELLS
     runs = {}
+    # the default again rather than the first cold call: that one also paid the new sizes'
+    # first allocations (page-locked buffers, cuBLAS heuristics on a GPU)
     for cap in (default, cells):
         WM_MODULE.CONCURRENT_LAP_CELLS = cap
         try:

@@ -128,10 +128,7 @@ def _auction(c, x, v, eps, eps_end, max_bids):  # pragma: no cover - compiled
     bids = 0
     # a row's smallest reduced costs, kept between its bids (the duals only fall: see
     # _smallest_two); on a trained VGG-11 x4's flat matrices a row bids 34-128 times
-    keep = min(KEEP, n)
-    kv = np.empty((n, keep))
-    kj = np.empty((n, keep), dtype=np.int64)
-    scanned = np.zeros(n, dtype=np.bool_)
+    kv, kj, scanned = _kept_minima(n)
     while True:
         for j in range(n):
             y[j] = -1
@@ -179,6 +176,14 @@ KEEP = 4
 
 
 @njit(cache=_CACHE, nogil=True)
+def _kept_minima(n):  # pragma: no cover - compiled
+    """Room for every row's :data:`KEEP` smallest pairs (values, columns) and whether the row
+    was scanned yet: the state :func:`_smallest_two` keeps."""
+    keep = min(KEEP, n)
+    return np.empty((n, keep)), np.empty((n, keep), dtype=np.int64), np.zeros(n, dtype=np.bool_)
+
+
+@njit(cache=_CACHE, nogil=True)
 def _scan_row(c, v, i, kv, kj):  # pragma: no cover - compiled
     """The ``kv.shape[1]`` smallest pairs ``(c[i, j] - v[j], j)`` of row ``i`` in
     lexicographic order, written into ``kv[i]`` (values) and ``kj[i]`` (columns)."""
@@ -211,9 +216,10 @@ def _smallest_two(c, v, i, kv, kj, scanned):  # pragma: no cover - compiled
     above the last kept pair."""
     n = c.shape[0]
     keep = kv.shape[1]
-    if not scanned[i]:
+    if not scanned[i]:  # just scanned: the kept pairs are exact
         _scan_row(c, v, i, kv, kj)
         scanned[i] = True
+        return kv[i, 0], kj[i, 0], kv[i, 1], kj[i, 1]
     h1 = np.inf
     h2 = np.inf
     j1 = n
@@ -251,10 +257,7 @@ def _augmenting_row_reduction(c, x, y, v, free, nfree):  # pragma: no cover - co
     for back and forth (7 scans a row on a trained VGG-11 x4's): most scans are saved.
     """
     n = c.shape[0]
-    keep = min(KEEP, n)
-    kv = np.empty((n, keep))
-    kj = np.empty((n, keep), dtype=np.int64)
-    scanned = np.zeros(n, dtype=np.bool_)
+    kv, kj, scanned = _kept_minima(n)
     for _ in range(2):
         k = 0
         prev = nfree

@@ -420,12 +420,17 @@ def _to_host(costs: list[Tensor]) -> tuple[list[np.ndarray], list[float]]:
             hosts.append(buffer)
         scales = norms.cpu().tolist()  # after the copies on the stream: they are done
     else:
-        hosts = [c.cpu().contiguous() for c in costs]
-        scales = []
-        for h in hosts:
-            lo, hi = torch.aminmax(h) if h.numel() else (h.new_zeros(()), h.new_zeros(()))
-            scales.append(max(-float(lo), float(hi)))
+        hosts = [c.cpu() for c in costs]
+        scales = [_max_abs(h) for h in hosts]
     return [h.numpy() for h in hosts], scales
+
+
+def _max_abs(t: Tensor) -> float:
+    """``max |t|`` of a CPU tensor by one ``aminmax`` pass (0 when empty)."""
+    if not t.numel():
+        return 0.0
+    lo, hi = torch.aminmax(t)
+    return max(-float(lo), float(hi))
 
 
 def _cost_error(
