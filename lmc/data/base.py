@@ -237,8 +237,9 @@ def held_bytes(dataset: Dataset) -> int:
     held = sum(
         t.numel() * t.element_size() for t in (dataset.images, dataset.labels, dataset.indices)
     )
-    if dataset.augment is None:
+    if dataset.augment is None:  # the normalised copy of the subset and its labels
         held += 4 * len(dataset) * math.prod(dataset.images.shape[1:])
+        held += dataset.labels.element_size() * len(dataset)
     return held
 
 
@@ -294,4 +295,4 @@ class DeviceBatches:
             if isinstance(src, InMemoryImageDataset):
                 yield src.batch(idx)
             else:
-                yield tuple(t[idx] for t in src)
+                yield tuple(t.index_select(0, idx) for t in src)

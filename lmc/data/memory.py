@@ -160,6 +160,7 @@ class InMemoryImageDataset(Dataset):
         self._shift = -self.mean / self.std
         self.augment = augment if augment is not None and augment.active else None
         self._normalized: Tensor | None = None  # without augmentation: the subset, normalised
+        self._labels: Tensor | None = None  # and its labels
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -171,13 +172,17 @@ class InMemoryImageDataset(Dataset):
         gathered from it (the same values: normalisation is elementwise); with augmentation
         every batch is augmented on raw uint8 pixels (padding and fill black, as in
         torchvision), then normalised."""
+        # index_select, not ``t[pos]``: the same rows, ~3x faster on the CPU (a row copy instead
+        # of TensorIterator's per-element gather) and less host work a batch on a GPU (issue 30)
         pos = torch.as_tensor(idx, dtype=torch.long, device=self.indices.device)
-        rows = self.indices[pos]
         if self.augment is None:
             if self._normalized is None:
-                self._normalized = self._normalize(self.images[self.indices])
-            return self._normalized[pos], self.labels[rows]
-        return self._normalize(self.augment(self.images[rows])), self.labels[rows]
+                self._normalized = self._normalize(self.images.index_select(0, self.indices))
+                self._labels = self.labels.index_select(0, self.indices)
+            return self._normalized.index_select(0, pos), self._labels.index_select(0, pos)
+        rows = self.indices.index_select(0, pos)
+        images = self.images.index_select(0, rows)
+        return self._normalize(self.augment(images)), self.labels.index_select(0, rows)
 
     def _normalize(self, x: Tensor) -> Tensor:
         return torch.addcmul(self._shift, x.float(), self._scale)
@@ -190,14 +195,16 @@ class InMemoryImageDataset(Dataset):
         out = copy.copy(self)
         for name in ("images", "labels", "indices", "mean", "std", "_scale", "_shift"):
             setattr(out, name, getattr(self, name).to(device))
-        out._normalized = None  # normalised again on the device, when first used
+        out._normalized = out._labels = None  # gathered again on the device, when first used
         return out
 
     def __getitems__(self, idx: Sequence[int]) -> SampleList:
         return SampleList(*self.batch(idx))
 
     def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
-        x, y = self.batch([i])
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"index {i} is out of range for a dataset of {len(self)} samples")
+        x, y = self.batch([i % len(self)])
         return x[0], y[0]
 
     def tensors(self) -> tuple[Tensor, Tensor]:

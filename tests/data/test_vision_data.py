@@ -183,3 +183,21 @@ def test_training_batch_of_one_image_gets_independent_augmentations(fake_root):
     dm = CIFAR10DataModule(str(fake_root), val_size=8, alignment_size=4)
     x, y = dm.train_dataset.batch([0] * 32)
     assert len({tuple(v.flatten().tolist()) for v in x}) > 10 and len(set(y.tolist())) == 1
+
+
+def test_in_memory_subset_batches_are_the_normalised_rows_and_index_like_a_sequence():
+    from lmc.data.memory import InMemoryImageDataset
+
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (20, 1, 4, 4), dtype=torch.uint8, generator=g)
+    labels = torch.randint(0, 10, (20,), generator=g)
+    subset = torch.tensor([7, 3, 19, 0, 11])
+    ds = InMemoryImageDataset(images, labels, mean=[0.5], std=[0.25], indices=subset)
+    x, y = ds.batch(torch.tensor([4, 0, 2, 0]))
+    rows = subset[[4, 0, 2, 0]]
+    torch.testing.assert_close(x, (images[rows].float() / 255 - 0.5) / 0.25)
+    assert torch.equal(y, labels[rows])
+    assert torch.equal(ds[-1][0], ds[4][0]) and int(ds[-5][1]) == int(labels[7])
+    for bad in (5, -6):
+        with pytest.raises(IndexError, match="out of range for a dataset of 5"):
+            ds[bad]
