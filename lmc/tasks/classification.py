@@ -13,6 +13,7 @@ from torchmetrics import MeanSquaredError, Metric, MetricCollection
 from lmc.optim import default_optimizer
 from lmc.tasks.base import LMCTask, save_task_hparams
 from lmc.tasks.capture import CapturedStep, capture_problems
+from lmc.tasks.direct import direct_step, direct_step_allowed
 
 STAGES = ("train", "val", "test")
 
@@ -118,6 +119,7 @@ class TrainTask(LMCTask, ABC):
         self._compiled = False
         self.capture_step = capture_step
         self._captured_step: CapturedStep | None = None
+        self._direct_step = False  # backward and step without Lightning's hooks (on_fit_start)
         metrics = self.build_metrics()
         # ModuleDict keys cannot be "train" (it is a Module method), hence the suffix.
         self.metrics = nn.ModuleDict({f"{s}_": metrics.clone(prefix=f"{s}/") for s in STAGES})
@@ -228,8 +230,11 @@ class TrainTask(LMCTask, ABC):
             optimizer.zero_grad()  # set_to_none, as Lightning's optimizer_zero_grad
             out = self(x)
             loss = self.loss(out, y)
-            self.manual_backward(loss)
-            optimizer.step()
+            if self._direct_step:
+                direct_step(optimizer, loss)
+            else:
+                self.manual_backward(loss)
+                optimizer.step()
         else:
             out, loss = replayed
         self._record("train", out, loss, y)
@@ -242,6 +247,7 @@ class TrainTask(LMCTask, ABC):
         return loss.detach()
 
     def on_fit_start(self) -> None:
+        self._direct_step = direct_step_allowed(self, self.trainer)
         if self.capture_step:
             problems = capture_problems(self, self.trainer)
             if problems:

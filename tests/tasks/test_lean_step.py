@@ -52,7 +52,7 @@ def task(cls=ClassificationTask, interval: str = "step") -> ClassificationTask:
     )
 
 
-def fit(model, root, epochs: int = 3, device: str = "cpu", ckpt=None, **trainer):
+def fit(model, root, epochs: int = 3, device: str = "cpu", ckpt=None, callbacks=(), **trainer):
     rec = Recorder()
     t = L.Trainer(
         max_epochs=epochs,
@@ -61,7 +61,7 @@ def fit(model, root, epochs: int = 3, device: str = "cpu", ckpt=None, **trainer)
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[rec],
+        callbacks=[rec, *callbacks],
         **trainer,
     )
     t.fit(model, train_dataloaders=loader(), ckpt_path=ckpt)
@@ -74,6 +74,8 @@ def check_lean_is_automatic(root, device: str = "cpu", precision: str = "32-true
         t_lean, r_lean = fit(lean, root / f"lean_{interval}", device=device, precision=precision)
         t_auto, r_auto = fit(auto, root / f"auto_{interval}", device=device, precision=precision)
         assert not lean.automatic_optimization and auto.automatic_optimization
+        # 32-bit steps take the direct path (no hook overridden); mixed precision its scaler's
+        assert lean._direct_step == (precision == "32-true")
         assert t_lean.global_step == t_auto.global_step == 18
         assert r_lean.steps == r_auto.steps == list(range(1, 19))
         assert r_lean.lrs == r_auto.lrs  # the scheduler stepped at the same points
@@ -92,6 +94,44 @@ def test_the_lean_step_is_the_automatic_loop(tmp_path):
 
 def test_the_lean_step_under_bf16_mixed_is_the_automatic_loop(tmp_path):
     check_lean_is_automatic(tmp_path, precision="bf16-mixed")
+
+
+class GradNorms(L.Callback):
+    """A callback reading the gradients before every step, as one logging gradient norms does."""
+
+    def __init__(self) -> None:
+        self.norms: list[float] = []
+        self.optimizers: list[object] = []
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self.optimizers.append(optimizer)
+        self.norms.append(float(torch.cat([p.grad.flatten() for p in pl_module.parameters()]).norm()))
+
+
+class AfterBackward(ClassificationTask):
+    def on_after_backward(self) -> None:
+        self.seen = getattr(self, "seen", 0) + 1
+
+
+def test_a_hook_between_loss_and_update_keeps_lightnings_path_and_the_same_run(tmp_path):
+    """The direct path is taken only where Lightning's hooks would do nothing: a callback or the
+    module overriding one of them gets Lightning's path, called every step as Lightning calls
+    it, and the run is bitwise the direct one."""
+    direct = task()
+    t_direct, r_direct = fit(direct, tmp_path / "direct")
+    norms = GradNorms()
+    hooked = task()
+    t_hooked, r_hooked = fit(hooked, tmp_path / "hooked", callbacks=[norms])
+    after = task(AfterBackward)
+    t_after, r_after = fit(after, tmp_path / "after")
+    assert direct._direct_step and not hooked._direct_step and not after._direct_step
+    assert len(norms.norms) == after.seen == 18 and min(norms.norms) > 0
+    assert all(o is t_hooked.optimizers[0] for o in norms.optimizers)  # the torch optimizer
+    for t, r, m in ((t_hooked, r_hooked, hooked), (t_after, r_after, after)):
+        assert t.global_step == t_direct.global_step == 18
+        assert r.steps == r_direct.steps and r.losses == r_direct.losses
+        for k, v in direct.net.state_dict().items():
+            assert torch.equal(m.net.state_dict()[k], v), k
 
 
 @pytest.mark.parametrize("trainer", [{"gradient_clip_val": 0.5}, {"accumulate_grad_batches": 2}])
