@@ -35,8 +35,10 @@ class BatchMean(Metric):
         self.add_state("count", torch.tensor(0.0), dist_reduce_fx="sum")
 
     def update(self, value: Tensor, n: int) -> None:
-        self.total += value.detach().to(self.total.dtype) * n
-        self.count += n
+        # in place (``add_``, not ``+=``): the same sums without re-assigning the states through
+        # nn.Module.__setattr__ on every step
+        self.total.add_(value.detach().to(self.total.dtype) * n)
+        self.count.add_(n)
 
     def compute(self) -> Tensor:
         return self.total / self.count
@@ -67,8 +69,8 @@ class Accuracy(Metric):
                 f"num_classes={self.num_classes} (classes on dim 1): set num_classes to the "
                 "network's number of outputs"
             )
-        self.correct += (output.argmax(1) == target).sum()
-        self.total += target.numel()
+        self.correct.add_((output.argmax(1) == target).sum())  # in place, as BatchMean's
+        self.total.add_(target.numel())
 
     def compute(self) -> Tensor:
         return self.correct / self.total
