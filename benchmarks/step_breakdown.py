@@ -7,9 +7,10 @@ off; median epoch after the first, per step):
 
 * ``automatic``: the task's step run by Lightning's automatic optimization loop (closure,
   optimizer wrapper, hooks): what ``lmc fit`` ran before the lean step;
-* ``lean``: ``lmc fit`` as it runs (the task steps its optimizer itself);
-* ``lean_raw``: the lean step calling the torch optimizer directly, without Lightning's
-  optimizer wrapper (diagnostic only: Lightning's step count stays 0);
+* ``lean``: ``lmc fit`` as it runs (the task steps its optimizer itself; with no hook to
+  dispatch, by ``loss.backward()`` and the torch optimizer directly: ``lmc/tasks/direct.py``);
+* ``lean_raw``: the lean step's arithmetic alone, ``loss.backward()`` and the torch optimizer
+  (diagnostic only: Lightning's step count stays 0);
 * ``lean_raw_nometric``: that, without the epoch loss and accuracy updates (diagnostic only);
 * ``captured`` (CUDA): ``configs/speed/capture.yaml``.
 
