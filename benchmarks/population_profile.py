@@ -3,9 +3,9 @@ population of ``--members`` MNIST MLPs (configs/mnist/mlp.yaml) trained ``--epoc
 through the CLI, and a profile of its training steps.
 
 Phases (wall time, the device synchronised at each end; each exclusive of the phases it calls):
-building the members (``PopulationFit``: ``instantiate`` their configs, read the training
-``data`` and check the first member, stack them and move them ``to_device``, ``build`` the
-rest), training (``train_population``), the
+building the members (``PopulationFit``: ``instantiate`` their configs or call their classes,
+read the training ``data`` and check the first member, stack them and move them ``to_device``,
+``build`` the rest), training (``train_population``), the
 evaluations (validation each epoch, test after fit), writing the members (checkpoints, configs)
 and replaying their metrics to their own loggers; ``other`` is the rest of the CLI run. Then
 ``--profile-steps`` more training steps of the same population under ``torch.profiler``: the
@@ -33,6 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import lmc.population.build as build  # noqa: E402
 import lmc.population.fit as fit  # noqa: E402
 from benchmarks._endpoints import require_data  # noqa: E402
 from lmc.cli import main  # noqa: E402
@@ -147,6 +148,8 @@ def main_cli(argv: list[str] | None = None) -> None:
     cls.__init__ = _timed("build", cls.__init__)  # type: ignore[method-assign]
     cls._instantiate = _timed("instantiate", cls._instantiate)  # type: ignore[method-assign]
     cls._task = _timed("instantiate", cls._task)  # type: ignore[method-assign]
+    direct = build.DirectBuild
+    direct.__call__ = _timed("instantiate", direct.__call__)  # type: ignore[method-assign]
     cls._check_first = _timed("data", cls._check_first)  # type: ignore[method-assign]
     cls._setup = _timed("to_device", cls._setup)  # type: ignore[method-assign]
     cls._evaluate = _timed("evaluate", cls._evaluate)  # type: ignore[method-assign]

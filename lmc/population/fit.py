@@ -1,7 +1,9 @@
 """``lmc fit --population [s1, s2, ...]``: N seeds of one config trained as one vectorised run.
 
-Member k is the run ``lmc fit --seed_everything s_k`` would be: its network is built by the
-CLI's own ``instantiate_classes`` right after ``seed_everything(s_k)`` (same initial weights),
+Member k is the run ``lmc fit --seed_everything s_k`` would be: its network is built as the
+CLI's own ``instantiate_classes`` builds it right after ``seed_everything(s_k)`` (same initial
+weights; the members after the second by their classes called directly, once that gave the
+second exactly the CLI's build: :mod:`lmc.population.build`),
 it sees the batches of ``EpochShuffle(n, s_k)`` (same data order, batch size, no drop_last),
 and the config's optimizer and LR scheduler act elementwise on the stacked parameters (same
 updates). Each member is written as an ordinary run folder ``<run>/members/seed=<s>/`` with
@@ -33,6 +35,7 @@ from torch import Tensor
 
 from lmc.data.base import epoch_order
 from lmc.io import atomic_write, config_to_save, load_state
+from lmc.population.build import DirectBuild
 from lmc.population.checks import (
     check_task,
     check_trainer,
@@ -113,9 +116,19 @@ class PopulationFit:
         # gives member 0 its task's exact weights (nothing instantiated before the model draws
         # from the seeded generators), else from the whole config as the CLI would
         alone = len(self.seeds) > 1 and _same_state(first.model, self._task(self.seeds[0]))
-        build = self._task if alone else (lambda seed: self._instantiate(seed).model)
+        build: Callable[[int], Any] = self._task
+        if not alone:
+            build = lambda seed: self._instantiate(seed).model  # noqa: E731
         self.built_from = "model" if alone else "config"
-        self.tasks += [build(seed) for seed in self.seeds[1:]]
+        rest = self.seeds[1:]
+        # faster still: the classes called directly (no parser), once that gave the second
+        # member exactly the CLI's build (lmc.population.build)
+        direct = DirectBuild.plan(self.cfg.model, first.model) if alone and len(rest) > 1 else None
+        twin = direct.matches(rest[0], self._task) if direct is not None else None
+        if twin is not None:
+            self.tasks.append(twin)
+            build, rest, self.built_from = direct, rest[1:], "direct"
+        self.tasks += [build(seed) for seed in rest]
         self._setup(x, y)  # every check before any folder is made
 
     def _instantiate(self, seed: int) -> Any:

@@ -41,7 +41,9 @@ def direct_step_allowed(task: L.LightningModule, trainer: L.Trainer) -> bool:
         return False
     if any(is_overridden(hook, task) for hook in HOOKS):
         return False
-    return not any(is_overridden(hook, cb, L.Callback) for cb in trainer.callbacks for hook in HOOKS)
+    return not any(
+        is_overridden(hook, cb, L.Callback) for cb in trainer.callbacks for hook in HOOKS
+    )
 
 
 def direct_step(optimizer: Any, loss: Tensor) -> None:

@@ -470,18 +470,30 @@ def test_population_is_for_fit_only(tmp_path):
         )
 
 
-@pytest.mark.parametrize("alone_differs", [False, True])
+@pytest.mark.parametrize("differs", [None, "alone", "direct"])
 def test_members_are_built_from_the_model_config_only_when_that_is_exact(
-    tmp_path, monkeypatch, alone_differs
+    tmp_path, monkeypatch, differs
 ):
-    """The other members' tasks are instantiated from the model's config alone (half the
-    time) when that gives member 0 exactly its task from the whole config; when it does not
-    (simulated: the generator moves between seeding and the model, as a class instantiated
-    before the model that draws at init would make it), every member is built from the whole
-    config. Either way each member has the weights the CLI's whole build gives its seed."""
+    """The other members' tasks are built by calling their classes directly (no parser) when
+    that gives the second member exactly the CLI's build (weights, hyper-parameters, generator
+    state after it), else from the model's config alone when that gives member 0 exactly its
+    task from the whole config, else from the whole config (simulated: the generator moves
+    between seeding and the model, as a class instantiated before the model that draws at init
+    would make it; or moves in the direct build only). Either way each member has the weights
+    and hyper-parameters the CLI's whole build gives its seed."""
+    import lmc.population.build as build
     import lmc.population.fit as fit
 
-    if alone_differs:
+    if differs == "direct":
+        real = build.seed_everything
+
+        def seed_then_draw_direct(seed, workers=False):
+            out = real(seed, workers=workers)
+            torch.rand(1)
+            return out
+
+        monkeypatch.setattr(build, "seed_everything", seed_then_draw_direct)
+    if differs == "alone":
         real_seed = fit.seed_everything
 
         def seed_then_draw(seed, workers=False):
@@ -497,13 +509,52 @@ def test_members_are_built_from_the_model_config_only_when_that_is_exact(
     def spy(self, x, y):
         seen["from"] = self.built_from
         for seed, task in zip(self.seeds, self.tasks):  # against the whole config's build
-            whole = self._instantiate(seed).model.net.state_dict()
+            whole = self._instantiate(seed).model
             for key, value in task.net.state_dict().items():
-                torch.testing.assert_close(value, whole[key], rtol=0, atol=0)
+                torch.testing.assert_close(value, whole.net.state_dict()[key], rtol=0, atol=0)
+            assert dict(task.hparams) == dict(whole.hparams)
+            assert dict(task.hparams_initial) == dict(whole.hparams_initial)
             seen.setdefault("checked", []).append(seed)
         return real_setup(self, x, y)
 
     monkeypatch.setattr(fit.PopulationFit, "_setup", spy)
     run_cli(*_args(TEACHER, None, tmp_path, "--population=[3, 4, 5]"))
-    assert seen["from"] == ("config" if alone_differs else "model")
+    assert seen["from"] == {None: "direct", "alone": "config", "direct": "model"}[differs]
     assert seen["checked"] == [3, 4, 5]
+
+
+def test_a_direct_build_is_planned_only_for_what_it_can_replay():
+    """Networks with plain arguments are rebuilt, the parser's callables shared, plain values
+    passed; anything else (a nested object that is no network, extra keys) gets no plan."""
+    from jsonargparse import Namespace
+
+    from lmc.population.build import DirectBuild
+    from lmc.tasks import RegressionTask
+
+    net = Namespace(
+        class_path="torch.nn.Linear", init_args=Namespace(in_features=3, out_features=2)
+    )
+    cfg = Namespace(
+        class_path="lmc.tasks.RegressionTask", init_args=Namespace(net=net, half_mse=True)
+    )
+    first = RegressionTask(torch.nn.Linear(3, 2), half_mse=True)
+    first.hparams["_instantiator"] = "lightning.pytorch.cli.instantiate_module"
+    plan = DirectBuild.plan(cfg, first)
+    assert plan is not None and [(n, k) for n, k, _ in plan.steps] == [
+        ("net", "build"),
+        ("half_mse", "value"),
+    ]
+    built = plan(7)
+    torch.manual_seed(7)
+    assert torch.equal(built.net.weight, torch.nn.Linear(3, 2).weight) and built.half_mse
+    odd = Namespace(class_path="collections.OrderedDict", init_args=Namespace())
+    flag = Namespace(class_path="builtins.bool", init_args=Namespace())
+    for bad in (
+        Namespace(class_path="lmc.tasks.RegressionTask", init_args=Namespace(net=odd)),
+        Namespace(class_path="lmc.tasks.RegressionTask", init_args=Namespace(half_mse=flag)),
+        Namespace(class_path="lmc.tasks.ClassificationTask", init_args=Namespace(net=net)),
+        Namespace(
+            class_path="lmc.tasks.RegressionTask", init_args=Namespace(net=net), dict_kwargs={}
+        ),
+    ):
+        assert DirectBuild.plan(bad, first) is None

@@ -107,7 +107,9 @@ class GradNorms(L.Callback):
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         self.optimizers.append(optimizer)
-        self.norms.append(float(torch.cat([p.grad.flatten() for p in pl_module.parameters()]).norm()))
+        self.norms.append(
+            float(torch.cat([p.grad.flatten() for p in pl_module.parameters()]).norm())
+        )
 
 
 class AfterBackward(ClassificationTask):
