@@ -20,6 +20,7 @@ from :meth:`DirectBuild.plan`.
 from __future__ import annotations
 
 import copy
+import importlib
 import random
 from collections.abc import Callable
 from typing import Any
@@ -44,7 +45,7 @@ def _plain(value: Any) -> bool:
 
 def _import(class_path: str) -> Any:
     module, _, name = class_path.rpartition(".")
-    return getattr(__import__(module, fromlist=[name]), name)
+    return getattr(importlib.import_module(module), name)
 
 
 class DirectBuild:
