@@ -316,14 +316,14 @@ def _sap_kernel(c, x, v, cold, may_bail):  # pragma: no cover - compiled; tested
     for i in range(n):
         m = np.inf
         jm = -1
-        bad = 0.0
         for j in range(n):
             a = c[i, j] - v[j]
-            bad += a - a  # NaN as soon as one entry is NaN or +-inf
+            if a - a != 0.0:  # NaN or +-inf (a branch never taken, not a chain of additions)
+                return u, NONFINITE, i, 0, 0
             if a < m:
                 m = a
                 jm = j
-        if bad != 0.0 or jm < 0:
+        if jm < 0:
             return u, NONFINITE, i, 0, 0
         u[i] = m
         jmin[i] = jm
