@@ -44,8 +44,12 @@ def _plain(value: Any) -> bool:
 
 
 def _import(class_path: str) -> Any:
+    """The class a config's ``class_path`` names, or ``None`` if it cannot be imported."""
     module, _, name = class_path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
 
 
 class DirectBuild:
@@ -83,6 +87,7 @@ class DirectBuild:
                 ):
                     return None
                 factory = _import(sub["class_path"])
+                # a network: its whole state is in the state dict that matches() compares
                 if isinstance(made, nn.Module) and type(made) is factory and _plain(args):
                     steps.append((name, "build", (factory, dict(args))))
                 elif callable(made) and not isinstance(made, nn.Module):
