@@ -15,6 +15,7 @@ from typing import Any, Optional
 import lightning as L
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
@@ -22,6 +23,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lmc.engine.errors import LMCArgumentParser, condensed_error, quiet_third_party
 from lmc.engine.moved import moved_keys_error
+from lmc.engine.progress import ProgressBar
 from lmc.engine.resume import (
     AtomicCheckpointIO,
     RandomStateCheckpoint,
@@ -182,6 +184,11 @@ class LMCCLI(LightningCLI):
                 callbacks = [*callbacks, ModelCheckpoint(save_last=True)]
             for c in checkpoints:
                 c.save_last = True if c.save_last is None else c.save_last
+        # the bar a user sees, redrawn ten times a second rather than after every batch
+        if config.get("enable_progress_bar", True) is not False and not any(
+            isinstance(c, LightningProgressBar) for c in given
+        ):
+            callbacks = [*callbacks, ProgressBar()]
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         if cfg.get("spawn_points"):
             callbacks = [*callbacks, SpawnPoints(list(cfg.spawn_points))]
