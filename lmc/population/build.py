@@ -63,7 +63,7 @@ class DirectBuild:
         self.cls = type(first)
         self.steps = steps  # (name, kind, value): how each init argument is made
         hparams = dict(first.hparams)
-        self.instantiator = hparams.pop("_instantiator", None)
+        self.instantiator = hparams.pop("_instantiator")  # plan() checked it is there
         self.hparams = hparams
 
     @classmethod
@@ -110,9 +110,8 @@ class DirectBuild:
                 kwargs[name] = factory(**copy.deepcopy(args))
             else:
                 kwargs[name] = copy.deepcopy(value) if kind == "value" and _plain(value) else value
-        if self.instantiator is None:
-            return self.cls(**kwargs)
-        with _given_hyperparameters_context(self.hparams, self.instantiator):
+        # a deep copy: each member owns its hyper-parameters, as each CLI build does
+        with _given_hyperparameters_context(copy.deepcopy(self.hparams), self.instantiator):
             return self.cls(**kwargs)
 
     def matches(self, seed: int, cli_build: Callable[[int], nn.Module]) -> nn.Module | None:
