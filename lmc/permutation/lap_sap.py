@@ -323,9 +323,7 @@ def _sap_kernel(c, x, v, cold, may_bail):  # pragma: no cover - compiled; tested
             if a < m:
                 m = a
                 jm = j
-        if jm < 0:
-            return u, NONFINITE, i, 0, 0
-        u[i] = m
+        u[i] = m  # every entry finite: a minimum was found (jm >= 0)
         jmin[i] = jm
         if not cold:
             for j in range(n):

@@ -397,40 +397,33 @@ def _to_host(costs: list[Tensor]) -> tuple[list[np.ndarray], list[float]]:
 
     From a GPU, every matrix goes into page-locked host memory, all in one pass of copies and
     one sync (a pageable float64 copy ran at ~2.5 GB/s on an H100 host: 13 ms for each n = 2048
-    matrix), with ``max |K|`` reduced on the device; on the CPU the arrays share the tensors'
-    memory and ``max |K|`` comes from one ``aminmax`` pass (``vector_norm(inf)`` took 5.3 ms
-    for an n = 2048 float32 matrix there, ``aminmax`` 0.3 ms). The LAP kernel reads float32
-    costs as they are: every operation on them widens them to float64 exactly."""
+    matrix); on the CPU the arrays share the tensors' memory. ``max |K|`` is one ``aminmax``
+    pass on the costs' device (``vector_norm(inf)`` took 5.3 ms for an n = 2048 float32
+    matrix on the CPU, ``aminmax`` 0.3 ms). The LAP kernel reads float32 costs as they are:
+    every operation on them widens them to float64 exactly."""
     if not costs:
         return [], []
     costs = [c if c.dtype in (torch.float32, torch.float64) else c.float() for c in costs]
+    norms = torch.stack([_max_abs(c) for c in costs])  # on the costs' device: no sync yet
     if costs[0].device.type == "cuda":
-        norms = torch.stack(
-            [
-                torch.linalg.vector_norm(c, float("inf")).double()
-                if c.numel()
-                else c.new_zeros((), dtype=torch.float64)
-                for c in costs
-            ]
-        )
         hosts = []
         for c in costs:
             buffer = torch.empty(c.shape, dtype=c.dtype, pin_memory=True)
             buffer.copy_(c, non_blocking=True)
             hosts.append(buffer)
-        scales = norms.cpu().tolist()  # after the copies on the stream: they are done
     else:
         hosts = [c.cpu() for c in costs]
-        scales = [_max_abs(h) for h in hosts]
+    scales = norms.cpu().tolist()  # on a GPU after the copies on the stream: they are done
     return [h.numpy() for h in hosts], scales
 
 
-def _max_abs(t: Tensor) -> float:
-    """``max |t|`` of a CPU tensor by one ``aminmax`` pass (0 when empty)."""
+def _max_abs(t: Tensor) -> Tensor:
+    """``max |t|`` as a float64 scalar on ``t``'s device, by one ``aminmax`` pass (0 when
+    empty)."""
     if not t.numel():
-        return 0.0
+        return t.new_zeros((), dtype=torch.float64)
     lo, hi = torch.aminmax(t)
-    return max(-float(lo), float(hi))
+    return torch.maximum(-lo, hi).double()
 
 
 def _cost_error(

@@ -94,8 +94,10 @@ class DirectBuild:
                     steps.append((name, "share", made))  # the parser's partial: no state
                 else:
                     return None
-            elif _plain(value) or (callable(value) and not isinstance(value, nn.Module)):
-                steps.append((name, "value", value))
+            elif _plain(value):
+                steps.append((name, "value", value))  # copied for each member
+            elif callable(value) and not isinstance(value, nn.Module):
+                steps.append((name, "share", value))  # a default callable, passed as is
             else:
                 return None
         return cls(first, steps)
@@ -109,7 +111,7 @@ class DirectBuild:
                 factory, args = value
                 kwargs[name] = factory(**copy.deepcopy(args))
             else:
-                kwargs[name] = copy.deepcopy(value) if kind == "value" and _plain(value) else value
+                kwargs[name] = copy.deepcopy(value) if kind == "value" else value
         # a deep copy: each member owns its hyper-parameters, as each CLI build does
         with _given_hyperparameters_context(copy.deepcopy(self.hparams), self.instantiator):
             return self.cls(**kwargs)
@@ -126,10 +128,13 @@ class DirectBuild:
             return None
         if dict(ours.hparams_initial) != dict(theirs.hparams_initial):
             return None
-        sa, sb = ours.state_dict(), theirs.state_dict()
-        if sa.keys() != sb.keys() or not all(torch.equal(sa[k], sb[k]) for k in sa):
-            return None
-        return theirs
+        return theirs if same_state(ours, theirs) else None
+
+
+def same_state(a: nn.Module, b: nn.Module) -> bool:
+    """Whether two modules hold equal state dicts (the same keys, equal tensors)."""
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
 def _rng_states() -> tuple[Any, ...]:

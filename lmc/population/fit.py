@@ -35,7 +35,7 @@ from torch import Tensor
 
 from lmc.data.base import epoch_order
 from lmc.io import atomic_write, config_to_save, load_state
-from lmc.population.build import DirectBuild
+from lmc.population.build import DirectBuild, same_state
 from lmc.population.checks import (
     check_task,
     check_trainer,
@@ -115,10 +115,10 @@ class PopulationFit:
         # the other members need their task alone: built from the model's config when that
         # gives member 0 its task's exact weights (nothing instantiated before the model draws
         # from the seeded generators), else from the whole config as the CLI would
-        alone = len(self.seeds) > 1 and _same_state(first.model, self._task(self.seeds[0]))
-        build: Callable[[int], Any] = self._task
-        if not alone:
-            build = lambda seed: self._instantiate(seed).model  # noqa: E731
+        alone = len(self.seeds) > 1 and same_state(first.model, self._task(self.seeds[0]))
+        build: Callable[[int], Any] = (
+            self._task if alone else (lambda seed: self._instantiate(seed).model)
+        )
         self.built_from = "model" if alone else "config"
         rest = self.seeds[1:]
         # faster still: the classes called directly (no parser), once that gave the second
@@ -426,9 +426,3 @@ class PopulationFit:
                 )
             for job in pending:
                 job.result()
-
-
-def _same_state(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    """Whether two modules hold equal state dicts (the same keys, equal tensors)."""
-    sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
