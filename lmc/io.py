@@ -195,10 +195,27 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "wb
 _STEP = re.compile(r"step=(\d+)")
 
 
+def _recorded_step(path: Path) -> tuple[int, int] | None:
+    """A Lightning checkpoint's ``(global_step, epoch)``, read without loading its tensors;
+    ``None`` for a file that records no step (a bare state dict)."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:
+        return None  # read again, with its error, by whoever loads it
+    if not isinstance(ckpt, Mapping) or not isinstance(ckpt.get("global_step"), int):
+        return None
+    return ckpt["global_step"], int(ckpt.get("epoch") or 0)
+
+
+_LAST = re.compile(r"last(?:-v(\d+))?\.ckpt")
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
     """The checkpoint file a path names: a file as is; a run folder (or its ``checkpoints/``)
-    by one rule: ``checkpoints/last.ckpt`` (the final weights) if present, else its only
-    ``.ckpt``, else the one with the highest ``step=N`` in its name.
+    by one rule: its newest checkpoint by the step recorded inside (``global_step``, then
+    ``epoch``), among equals a ``last.ckpt`` (then ``last-vN.ckpt``, highest N: Lightning's
+    name for a newer copy beside a ``last.ckpt`` it did not know); where no file records a
+    step (bare state dicts), ``last.ckpt``, else the highest ``step=N`` in the names.
 
     Raises:
         FileNotFoundError: nothing there, or a folder without checkpoints.
@@ -208,8 +225,6 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if path.is_file() or not path.is_dir():
         return path  # load_checkpoint reports a missing file
     folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-    if (folder / "last.ckpt").is_file():
-        return folder / "last.ckpt"
     found = sorted(folder.glob("*.ckpt"))
     if not found:
         raise FileNotFoundError(
@@ -218,12 +233,24 @@ def resolve_checkpoint(path: str | Path) -> Path:
         )
     if len(found) == 1:
         return found[0]
+    recorded = {f: step for f in found if (step := _recorded_step(f)) is not None}
+    if recorded:
+        newest = max(recorded.values())
+        top = [f for f, step in recorded.items() if step == newest]
+        lasts = {f: int(m.group(1) or 0) for f in top if (m := _LAST.fullmatch(f.name))}
+        if lasts:
+            return max(lasts, key=lasts.__getitem__)
+        if len(top) == 1:
+            return top[0]
+        found = top
+    elif (folder / "last.ckpt").is_file():
+        return folder / "last.ckpt"
     steps = {f: int(m.group(1)) for f in found if (m := _STEP.search(f.name))}
     if len(steps) == len(found) and len(set(steps.values())) == len(found):
         return max(found, key=steps.__getitem__)
     raise ValueError(
-        f"{folder} holds several checkpoints ({', '.join(f.name for f in found)}) and no "
-        "last.ckpt: give the file you mean"
+        f"{folder} holds several checkpoints ({', '.join(f.name for f in found)}) that neither "
+        "their recorded step nor their names order: give the file you mean"
     )
 
 
@@ -327,11 +354,12 @@ def config_to_save(text: str) -> str:
     written (class defaults) left out (:func:`drop_unserializable`)."""
     cfg = drop_unserializable(yaml.safe_load(text))
     trainer = cfg.get("trainer") or {}
-    root = str(Path(trainer.get("default_root_dir") or "runs"))
+    root = os.path.abspath(trainer.get("default_root_dir") or "runs")
     loggers = trainer.get("logger")
     for logger in loggers if isinstance(loggers, list) else [loggers]:
         init = logger.get("init_args") if isinstance(logger, dict) else None
-        if isinstance(init, dict) and init.get("save_dir") == root:
+        save_dir = init.get("save_dir") if isinstance(init, dict) else None
+        if isinstance(save_dir, str) and os.path.abspath(save_dir) == root:
             init["save_dir"] = None
         if isinstance(init, dict) and init.get("id") is not None and init.get("resume"):
             init["id"] = init["resume"] = None  # never write into the resumed run again

@@ -73,6 +73,31 @@ def test_a_run_folder_resolves_to_its_final_checkpoint_by_the_stated_rule(tmp_pa
         resolve_checkpoint(tmp_path / "empty")
 
 
+def test_a_run_folder_resolves_to_its_newest_checkpoint_by_the_step_recorded_inside(tmp_path):
+    """A resume that wrote ``last-v1.ckpt`` beside a stale ``last.ckpt`` (issue 46): the reader
+    takes the newer state by its recorded step, whatever the names say."""
+    from lmc.io import resolve_checkpoint
+
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+
+    def save(name: str, step: int, epoch: int) -> None:
+        ckpt = {"global_step": step, "epoch": epoch, "state_dict": {"w": torch.full((2,), step)}}
+        torch.save(ckpt, folder / name)
+
+    save("last.ckpt", 8, 0)  # the first attempt's, never rewritten
+    save("last-v1.ckpt", 24, 2)  # the resumed run's
+    save("epoch=2-step=24.ckpt", 24, 2)
+    assert resolve_checkpoint(folder.parent).name == "last-v1.ckpt"
+    save("last-v2.ckpt", 24, 2)  # equal steps: the last-named copy
+    assert resolve_checkpoint(folder.parent).name == "last-v2.ckpt"
+    save("epoch=3-step=32.ckpt", 32, 3)  # newer than every last*.ckpt
+    assert resolve_checkpoint(folder.parent).name == "epoch=3-step=32.ckpt"
+    save("best.ckpt", 32, 3)  # two newest files, neither a last.ckpt nor ordered by name
+    with pytest.raises(ValueError, match=r"best\.ckpt, epoch=3-step=32\.ckpt.*give the file"):
+        resolve_checkpoint(folder.parent)
+
+
 def test_endpoints_refuse_nan_weights_duplicates_and_a_wrong_count(tmp_path):
     from lmc.io import load_endpoints, save_net_checkpoint
 

@@ -3,6 +3,7 @@ where `--trainer.default_root_dir` says, also in reruns from a saved config."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,65 @@ def test_a_full_disk_while_checkpointing_keeps_the_last_good_checkpoint(tmp_path
     monkeypatch.undo()
     assert torch.load(path, weights_only=True)["epoch"] == 0
     assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]
+
+
+CSV = ["-c", str(CONFIGS / "loggers" / "csv.yaml"), "--trainer.log_every_n_steps=2"]
+
+
+def test_a_resumed_csv_run_keeps_every_row_and_resumes_the_newest_weights(
+    data, tmp_path, monkeypatch
+):
+    """Issue 46: the resumed run's metrics.csv is the uninterrupted run's row for row (Lightning
+    would delete the rows before the checkpoint), and a root given relative the first time and
+    absolute the second still resumes into last.ckpt (not a last-v1.ckpt beside a stale one)."""
+    from lmc.io import resolve_checkpoint
+
+    _fit(data, tmp_path / "straight", *CSV)
+    [straight] = run_dirs(tmp_path / "straight")
+    monkeypatch.chdir(tmp_path)
+    crash = ["--trainer.callbacks+=tests.crash.CrashAt", "--trainer.callbacks.epoch=1"]
+    with pytest.raises(Crash):
+        _fit(data, Path("crashed"), *CSV, *crash)  # relative root
+    [crashed] = run_dirs(tmp_path / "crashed")
+    logged = (crashed / "metrics.csv").read_text().splitlines()
+    assert any(row.startswith("1,") for row in logged[1:])  # epoch-1 rows, dropped on resume
+    _fit(data, tmp_path / "crashed", *CSV, "--ckpt_path=last")  # the same root, absolute
+    assert run_dirs(tmp_path / "crashed") == [crashed]
+    assert (crashed / "metrics.csv").read_text() == (straight / "metrics.csv").read_text()
+    names = sorted(p.name for p in (crashed / "checkpoints").glob("*.ckpt"))
+    assert names == ["epoch=2-step=24.ckpt", "last.ckpt"]
+    assert resolve_checkpoint(crashed) == crashed / "checkpoints" / "last.ckpt"
+    assert _final(crashed)["epoch"] == 2
+    for k, v in _final(straight)["state_dict"].items():
+        assert torch.equal(v, _final(crashed)["state_dict"][k]), k
+    # resumed once more (nothing left to train): still one last.ckpt, rows unchanged
+    _fit(data, Path("crashed"), *CSV, "--ckpt_path=last")
+    assert sorted(p.name for p in (crashed / "checkpoints").glob("*.ckpt")) == names
+
+
+def test_a_checkpoint_state_of_the_same_folder_spelt_otherwise_is_respelt(tmp_path):
+    from lmc.engine.resume import respell_checkpoint_state
+
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    old, new = "run/checkpoints", str(tmp_path / "run" / "checkpoints")
+    state = {
+        "dirpath": old,
+        "last_model_path": f"{old}/last.ckpt",
+        "best_model_path": f"{old}/epoch=0-step=8.ckpt",
+        "best_k_models": {f"{old}/epoch=0-step=8.ckpt": 1.0},
+    }
+    other = dict(state)
+    respell_checkpoint_state(other, new)  # relative to another working directory
+    assert other == state
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        respell_checkpoint_state(state, new)
+    finally:
+        os.chdir(cwd)
+    assert state == {
+        "dirpath": new,
+        "last_model_path": f"{new}/last.ckpt",
+        "best_model_path": f"{new}/epoch=0-step=8.ckpt",
+        "best_k_models": {f"{new}/epoch=0-step=8.ckpt": 1.0},
+    }

@@ -26,9 +26,11 @@ from lmc.engine.moved import moved_keys_error
 from lmc.engine.progress import ProgressBar
 from lmc.engine.resume import (
     AtomicCheckpointIO,
+    LogsForResume,
     RandomStateCheckpoint,
     SpawnPoints,
     continue_run,
+    keep_logged_rows,
     resumable_runs,
     run_of_config,
     same_experiment,
@@ -152,7 +154,7 @@ class LMCCLI(LightningCLI):
         run (same folder, same W&B run); ``None`` to start fresh when asked to."""
         if ckpt != "last":
             run = Path(ckpt)
-            return str(continue_run(cfg, run.parent if run.name == "checkpoints" else run))
+            return self._continue(cfg, run.parent if run.name == "checkpoints" else run)
         run = run_of_config([str(p) for p in cfg.get("config") or []])
         root = _logger_root(cfg)
         if run is None:
@@ -164,7 +166,7 @@ class LMCCLI(LightningCLI):
                     run = candidate
                     break
         if run is not None:
-            return str(continue_run(cfg, run))
+            return self._continue(cfg, run)
         if cfg.get("fresh_if_nothing_to_resume"):
             return None
         raise FileNotFoundError(
@@ -173,6 +175,17 @@ class LMCCLI(LightningCLI):
             "--ckpt_path (or add --fresh_if_nothing_to_resume true), resume a run explicitly with "
             "--config <run>/config.yaml --ckpt_path last, or give --ckpt_path <run folder or file>"
         )
+
+    def _continue(self, cfg: Any, run: Path) -> str:
+        """Continue ``run``: its loggers pointed at it, its ``last.ckpt`` the checkpoint, whose
+        logged rows the run keeps (:meth:`before_fit`)."""
+        self._continuing = str(continue_run(cfg, run))
+        return self._continuing
+
+    def before_fit(self) -> None:
+        continuing = getattr(self, "_continuing", None)
+        if continuing is not None:
+            keep_logged_rows(self.trainer, continuing)
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> L.Trainer:
         # Every fit saves last.ckpt (what --ckpt_path last resumes), atomically, with the random
@@ -195,7 +208,12 @@ class LMCCLI(LightningCLI):
         callbacks = [
             *callbacks,
             RandomStateCheckpoint(restore=not getattr(self, "_spawning", False)),
+            LogsForResume(),
         ]
+        # one spelling of the run's folders whatever the command line said (relative or
+        # absolute), so that a resumed run knows its own last.ckpt (lmc.engine.resume)
+        if config.get("default_root_dir"):
+            config["default_root_dir"] = os.path.abspath(config["default_root_dir"])
         plugins = config.get("plugins")
         plugins = (
             [] if plugins is None else list(plugins) if isinstance(plugins, list) else [plugins]
@@ -319,16 +337,17 @@ def _logger_root(cfg: Any) -> Path:
 
 def _resolve_logger_dirs(cfg: Any) -> None:
     """Give every logger without ``save_dir`` the trainer's ``default_root_dir`` (else
-    ``runs``); the saved config keeps ``null`` there, so reruns follow their own root."""
+    ``runs``), as an absolute path; the saved config keeps ``null`` there, so reruns follow
+    their own root."""
     trainer = cfg.get("trainer")
     if trainer is None:
         return
-    root = trainer.get("default_root_dir") or "runs"
+    root = os.path.abspath(trainer.get("default_root_dir") or "runs")
     loggers = trainer.get("logger")
     for logger in loggers if isinstance(loggers, list) else [loggers]:
         init_args = getattr(logger, "init_args", None)
         if init_args is not None and "save_dir" in init_args and init_args.save_dir is None:
-            init_args.save_dir = str(Path(root))
+            init_args.save_dir = root
 
 
 def cli_kwargs() -> dict[str, Any]:

@@ -8,17 +8,22 @@ with the same weights, optimizer state and metrics as a run that was never inter
 
 from __future__ import annotations
 
+import csv
+import os
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from lmc.io import atomic_write, spawn_point
+from lmc.io import atomic_write, load_checkpoint, spawn_point
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -82,6 +87,116 @@ class RandomStateCheckpoint(Callback):
         if self._pending is not None:
             set_rng_states(self._pending)
             self._pending = None
+
+
+def logged_step(checkpoint: Mapping[str, Any]) -> int:
+    """The logging step a checkpoint was saved at: the ``step`` of the first row its run logs
+    after it (Lightning logs rows at the count of batches that stepped an optimizer, which
+    the fit loop keeps; ``global_step`` for checkpoints without it)."""
+    loops = checkpoint.get("loops") or {}
+    epoch_loop = (loops.get("fit_loop") or {}).get("epoch_loop.state_dict") or {}
+    return int(epoch_loop.get("_batches_that_stepped", checkpoint.get("global_step", 0)))
+
+
+class ResumedCSVWriter(ExperimentWriter):
+    """Lightning's CSV writer for a resumed run: the rows its killed attempt logged before the
+    checkpoint (``step`` below ``before_step``) are kept and the new rows appended after them,
+    so the run's ``metrics.csv`` is an uninterrupted run's row for row; rows logged after the
+    checkpoint are dropped, as the resumed run logs them again. Lightning's own writer deletes
+    the file instead ("Previous log files in this directory will be deleted")."""
+
+    def __init__(self, log_dir: str, before_step: int) -> None:
+        self.before_step = before_step
+        super().__init__(log_dir)
+
+    def _check_log_dir_exists(self) -> None:
+        path = Path(self.metrics_file_path)
+        if not path.is_file():
+            return
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            keys, rows = list(reader.fieldnames or []), list(reader)
+        kept = [r for r in rows if not r.get("step") or float(r["step"]) < self.before_step]
+
+        def write(f: Any) -> None:
+            writer = csv.DictWriter(f, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(kept)
+
+        atomic_write(path, write, mode="w")
+        self.metrics_keys = keys
+
+
+class LogsForResume(Callback):
+    """What a resumed run needs of its logs: CSV rows written to disk at every epoch start and
+    checkpoint (a killed run keeps the rows its ``last.ckpt`` covers, not only those of the
+    last 100-step flush), and, in a resumed run, each checkpoint's saved paths re-spelt when
+    its folder is the same one under another spelling (a relative root the first time, an
+    absolute one the second): Lightning would otherwise not know its ``last.ckpt`` and write
+    ``last-v1.ckpt`` beside it.
+
+    ``lmc``'s CLI adds it to every ``fit``.
+    """
+
+    @staticmethod
+    def _flush(trainer: L.Trainer) -> None:
+        for logger in trainer.loggers:
+            if isinstance(logger, CSVLogger) and logger._experiment is not None:
+                logger.save()
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._flush(trainer)
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        self._flush(trainer)
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        states = checkpoint.get("callbacks") or {}
+        for callback in trainer.checkpoint_callbacks:
+            state = states.get(callback.state_key) if isinstance(callback, ModelCheckpoint) else None
+            if state is not None and callback.dirpath:
+                respell_checkpoint_state(state, str(callback.dirpath))
+
+
+def respell_checkpoint_state(state: dict[str, Any], dirpath: str) -> None:
+    """A ``ModelCheckpoint`` state saved with its folder spelt otherwise (``a/b`` then
+    ``/x/a/b``): its folder and file paths spelt as ``dirpath`` (in place); a state of another
+    folder is left as it is."""
+    old = state.get("dirpath")
+    if not old or old == dirpath or os.path.realpath(old) != os.path.realpath(dirpath):
+        return
+
+    def respell(path: Any) -> Any:
+        if not isinstance(path, str) or not path:
+            return path
+        rel = os.path.relpath(os.path.realpath(path), os.path.realpath(old))
+        return path if rel.startswith("..") else os.path.join(dirpath, rel)
+
+    state["dirpath"] = dirpath
+    for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+        if key in state:
+            state[key] = respell(state[key])
+    if isinstance(state.get("best_k_models"), dict):
+        state["best_k_models"] = {respell(k): v for k, v in state["best_k_models"].items()}
+
+
+def keep_logged_rows(trainer: L.Trainer, checkpoint: str | Path) -> None:
+    """Before a run continues from ``checkpoint`` in its own folder: its CSV loggers keep the
+    rows logged before it (:class:`ResumedCSVWriter`) instead of starting a new file."""
+    if not trainer.is_global_zero:
+        return
+    csv_loggers = [g for g in trainer.loggers if isinstance(g, CSVLogger)]
+    if not csv_loggers:
+        return
+    step = logged_step(load_checkpoint(checkpoint, mmap=True))
+    for logger in csv_loggers:
+        if logger._experiment is None:
+            os.makedirs(logger.root_dir, exist_ok=True)
+            logger._experiment = ResumedCSVWriter(logger.log_dir, step)
 
 
 class SpawnPoints(Callback):
@@ -163,7 +278,7 @@ def continue_run(cfg: Any, run: Path) -> Path:
         init = getattr(logger, "init_args", None)
         if init is None:
             continue
-        init.save_dir = str(run.parent.parent)
+        init.save_dir = os.path.abspath(run.parent.parent)
         if "WandbLogger" in str(getattr(logger, "class_path", "")):
             init.id, init.resume = run.name, "allow"
         else:  # CSV / TensorBoard: <save_dir>/<name>/<version>

@@ -58,6 +58,7 @@ def test_killed_jobs_are_redone_and_only_they(tiny_run, tmp_path):
     (old_run / "checkpoints" / "last.ckpt").unlink()
     (old_run / "left_by_the_killed_attempt").touch()
     before = _records(out)
+    rows = (store.run_dir(resumable) / "metrics.csv").read_text()
     redone = {resumable["id"], fresh["id"]}
     # the barrier jobs that used a redone training run are redone too (their inputs changed)
     dependent = {j["id"] for j in store.plan() if redone & set(j.get("inputs", []))}
@@ -68,6 +69,8 @@ def test_killed_jobs_are_redone_and_only_they(tiny_run, tmp_path):
     untouched = {k: v for k, v in before.items() if k not in redone | dependent}
     assert untouched and all(after[k] == v for k, v in untouched.items())
     assert after[resumable["id"]]["resumed"] and not after[fresh["id"]]["resumed"]
+    # the resumed job keeps every row its killed attempt logged (issue 46)
+    assert (store.run_dir(resumable) / "metrics.csv").read_text() == rows
     rerun = store.run_dir(fresh)  # the partial folder was removed, then the job ran anew
     assert not (rerun / "left_by_the_killed_attempt").exists()
     assert (rerun / "checkpoints" / "last.ckpt").is_file()
