@@ -99,8 +99,9 @@ def study_main(args: list[str], raise_errors: bool = False) -> None:
             raise
         again = f"lmc study run {ns.file} --dir {ns.dir}" if ns.command == "run" else "it"
         sys.stderr.write(
-            f"lmc study: interrupted; finished jobs are kept, the others were stopped: "
-            f"`{again}` goes on from there\n"
+            "lmc study: interrupted; finished jobs are kept, running ones were stopped and "
+            f"recorded as interrupted: `{again}` goes on from there (resuming them from their "
+            "last checkpoint)\n"
         )
         raise SystemExit(130) from None
     finally:

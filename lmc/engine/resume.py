@@ -157,7 +157,9 @@ class LogsForResume(Callback):
     ) -> None:
         states = checkpoint.get("callbacks") or {}
         for callback in trainer.checkpoint_callbacks:
-            state = states.get(callback.state_key) if isinstance(callback, ModelCheckpoint) else None
+            state = (
+                states.get(callback.state_key) if isinstance(callback, ModelCheckpoint) else None
+            )
             if state is not None and callback.dirpath:
                 respell_checkpoint_state(state, str(callback.dirpath))
 

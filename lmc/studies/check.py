@@ -121,18 +121,17 @@ def check_study(study: Study) -> dict[str, dict[str, Any]]:
         check_names(resolved[stage.name], where)
         _check_same_net(resolved["train"], resolved[stage.name], where)
         _check_grid(where, stage.grid, resolved[stage.name], args, "its config", stage.configs)
-    if study.claims:
-        from lmc.studies.claims import check_claim_metrics
-
-        check_claim_metrics(study.claims, {k: produced_metrics(v) for k, v in resolved.items()})
     return resolved
 
 
-def produced_metrics(config: Mapping[str, Any]) -> set[str] | None:
+def produced_metrics(config: Mapping[str, Any], n_models: int | None = None) -> set[str] | None:
     """The metrics a job of the resolved ``config`` reports, when its task says so before it
-    runs (a ``produces(init_args)`` class method, e.g. :class:`lmc.tasks.InterpolationTask`),
-    else ``None`` (known once a job ran: the report checks the claims then)."""
+    runs (a ``produces(init_args)`` class method, e.g. :class:`lmc.tasks.InterpolationTask`;
+    names may be ``fnmatch`` patterns), else ``None`` (known once a job ran: the report
+    checks the claims then). ``n_models``: the checkpoints the job is given, for a task whose
+    ``produces`` takes it (a merge's default ``num_models``)."""
     import importlib
+    import inspect
 
     model = config.get("model") or {}
     path = model.get("class_path") if isinstance(model, Mapping) else None
@@ -146,7 +145,10 @@ def produced_metrics(config: Mapping[str, Any]) -> set[str] | None:
     produces = getattr(cls, "produces", None)
     if produces is None:
         return None
-    return set(produces(dict(model.get("init_args") or {})))
+    init_args = dict(model.get("init_args") or {})
+    if "n_models" in inspect.signature(produces).parameters:
+        return set(produces(init_args, n_models=n_models))
+    return set(produces(init_args))
 
 
 def _check_grid(
@@ -180,7 +182,9 @@ NUM_MODELS_KEY = "model.init_args.num_models"
 SEED_ARG = f"--{SEED_KEY}="
 
 
-def check_job_configs(jobs: Sequence[Any], resolved: Mapping[str, Mapping[str, Any]]) -> None:
+def check_job_configs(
+    jobs: Sequence[Any], resolved: Mapping[str, Mapping[str, Any]]
+) -> dict[str, set[str] | None]:
     """Each planned job's own configuration (its stage's configs and args with its grid point,
     as the job will run it, less the folders it is given at run time) parsed by the CLI's
     parser, with its registry names and, for an evaluate job, its network class checked:
@@ -188,19 +192,23 @@ def check_job_configs(jobs: Sequence[Any], resolved: Mapping[str, Mapping[str, A
     grid key, an option of another class from a second). A configuration shared by many jobs
     (they differ in the seed alone) is parsed once. All errors are listed at once.
 
+    Returns, per stage, the metrics its jobs will report (:func:`produced_metrics` of each
+    job's own configuration, together), or ``None`` where a job's task does not say.
+
     Raises:
         StudyError: one line per failing configuration, naming the stage and the job's
             coordinates (seeds left out), then the parser's or the check's message.
     """
     errors: list[str] = []
-    seen: set[tuple[str, ...]] = set()
+    seen: set[tuple[Any, ...]] = set()
+    produced: dict[str, set[str] | None] = {}
     for job in jobs:
         if job.command == MEMBER:
             continue  # a population member: its leader's configuration is the one that runs
         args = tuple(a for a in job.args if not a.startswith(SEED_ARG))  # the command first
-        if args in seen:
+        if (args, len(job.inputs)) in seen:
             continue
-        seen.add(args)
+        seen.add((args, len(job.inputs)))
         coords = {k: v for k, v in job.coordinates.items() if k != SEED_KEY}
         where = f"stage {job.stage!r} job {json.dumps(coords, default=str)}"
         try:
@@ -208,6 +216,9 @@ def check_job_configs(jobs: Sequence[Any], resolved: Mapping[str, Mapping[str, A
             check_names(config, where)
             if job.stage in resolved and job.stage != TRAIN_STAGE:  # an evaluate stage
                 _check_same_net(resolved["train"], config, where)
+            names = produced_metrics(config, len(job.inputs) or None)
+            known = produced.get(job.stage, set())
+            produced[job.stage] = None if names is None or known is None else known | names
         except StudyError as err:
             text = str(err)
             errors.append(text if text.startswith(where) else f"{where}: {text}")
@@ -217,6 +228,7 @@ def check_job_configs(jobs: Sequence[Any], resolved: Mapping[str, Mapping[str, A
             "parsed on its own; give values that go together, or split the grid):\n  "
             + "\n  ".join(errors)
         )
+    return produced
 
 
 def check_jobs(jobs: Sequence[Any], resolved: Mapping[str, Mapping[str, Any]]) -> None:

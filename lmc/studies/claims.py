@@ -447,19 +447,32 @@ def _claim(
 
 def check_claim_metrics(claims: Sequence[Claim], produced: Mapping[str, set[str] | None]) -> None:
     """Refuse a claim that reads a metric its stage does not produce (``produced``: stage ->
-    the metrics its jobs report, or ``None`` when that is only known once a job ran).
+    the metrics its jobs report, names or ``fnmatch`` patterns, or ``None`` when that is only
+    known once a job ran).
 
     Raises:
-        StudyError: naming the claim, the metric and what the stage produces.
+        StudyError: naming the claim, the metric and the stage's names closest to it.
     """
+    import difflib
+    from fnmatch import fnmatchcase
+
     for claim in claims:
         for stage, metrics in claim.metrics.items():
             known = produced.get(stage)
             if known is None:
                 continue
+            patterns = [k for k in known if "*" in k]
             for metric in sorted(metrics):
-                if metric not in known:
-                    raise StudyError(
-                        f"claim {claim.name!r} reads {metric!r}, which stage {stage!r} does not "
-                        f"produce; it produces: {', '.join(sorted(known))}"
-                    )
+                if metric in known or any(fnmatchcase(metric, p) for p in patterns):
+                    continue
+                close = difflib.get_close_matches(metric, sorted(known), n=5, cutoff=0.6)
+                hint = (
+                    f"the closest it produces: {', '.join(close)}"
+                    if close
+                    else f"it produces: {', '.join(sorted(known)[:12])}"
+                    + (", ..." if len(known) > 12 else "")
+                )
+                raise StudyError(
+                    f"claim {claim.name!r} reads {metric!r}, which stage {stage!r} does not "
+                    f"produce ({len(known)} names; {hint})"
+                )

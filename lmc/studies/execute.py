@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -61,6 +63,39 @@ def output_to(path: Path) -> Iterator[None]:
             os.dup2(saved_fds[1], 2)
             for fd in saved_fds:
                 os.close(fd)
+
+
+#: the record of a job stopped by SIGINT / SIGTERM: not done, not failed; the next run
+#: resumes it from its last checkpoint (or redoes it)
+INTERRUPTED = "interrupted"
+
+
+@contextmanager
+def noting_interrupts() -> Iterator[Callable[[], bool]]:
+    """While a job runs in this process: SIGINT and SIGTERM are noted and raised as
+    ``KeyboardInterrupt``; yields whether one came. Lightning turns that interrupt into
+    ``SystemExit(1)`` and ignores SIGINT from then on, so without this an interrupted job read
+    as a failed one and the study went on with Ctrl-C disabled; the handlers before are
+    restored after (undoing Lightning's). Off the main thread (no signals there) it notes
+    nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    seen: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        seen.append(signum)
+        if len(seen) == 1:  # a second Ctrl-C while the job stops is not needed
+            raise KeyboardInterrupt
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in previous:
+        signal.signal(s, handler)
+    try:
+        yield lambda: bool(seen)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -156,7 +191,7 @@ def execute_job(
     log = job_dir / LOG_FILE
     started, started_unix, t0 = now(), time.time(), time.perf_counter()
     argv = sys.argv
-    with output_to(log):
+    with output_to(log), noting_interrupts() as interrupted:
         print(f"lmc {' '.join(args)}", flush=True)
         sys.argv = ["lmc"]  # the job's args are given in-process, not on the command line
         try:
@@ -165,10 +200,12 @@ def execute_job(
                 _link_tree(member_folder(job_dir, job.coordinates[SEED_KEY]), store.job_dir(job))
             status, error = "done", None
         except BaseException as exc:  # a job's failure is recorded, the study goes on
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            status, error = "failed", f"{type(exc).__name__}: {exc}"
-            traceback.print_exc()
+            if isinstance(exc, KeyboardInterrupt) or interrupted():
+                status, error = INTERRUPTED, "interrupted (SIGINT or SIGTERM)"
+                print(f"lmc study: job interrupted ({type(exc).__name__})", flush=True)
+            else:
+                status, error = "failed", f"{type(exc).__name__}: {exc}"
+                traceback.print_exc()
         finally:
             sys.argv = argv
     payload: dict[str, Any] = {
@@ -191,4 +228,18 @@ def execute_job(
         except Exception as exc:  # no single run folder: not usable as done
             payload.update(status="failed", error=str(exc), log_tail=_tail(log))
     store.write_record(job, payload)
+    if status == INTERRUPTED:  # the study stops too
+        raise KeyboardInterrupt
     return {**job.to_json(), **payload}
+
+
+def record_interrupted(store: StudyStore, job: Job) -> None:
+    """Record ``job``, stopped while it ran elsewhere (a worker, a submitit job), as
+    interrupted, unless it finished first."""
+    record = store.record(job) or {}
+    if record.get("status") in ("done", INTERRUPTED):
+        return
+    store.write_record(
+        job,
+        {"status": INTERRUPTED, "error": "interrupted (the study was stopped)", "finished": now()},
+    )

@@ -234,13 +234,43 @@ class Submitit:
         pass
 
     def terminate(self) -> None:
-        """Cancel the jobs submitted and not finished (scancel on SLURM)."""
-        for handle in self._submitted:
+        """Stop the jobs submitted and not finished, once each: on SLURM ``scancel`` (its
+        SIGTERM is the job's interrupt); with submitit's local executor, SIGINT to each job's
+        own process, then a wait of up to 10 s for it to record itself as interrupted (a
+        SIGINT to submitit's controller instead left it printing two tracebacks into the
+        study's console after the study had stopped)."""
+        pending, self._submitted = [h for h in self._submitted if not h.done()], []
+        for handle in pending:
+            tasks = _local_tasks(handle._job)
+            try:
+                if tasks:
+                    for pid in tasks:
+                        os.kill(pid, signal.SIGINT)
+                else:
+                    handle._job.cancel(check=False)
+            except Exception:  # noqa: BLE001 - best effort: already gone, no scheduler
+                pass
+        deadline = time.monotonic() + 10
+        while any(not h.done() for h in pending) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for handle in pending:
             if not handle.done():
                 try:
                     handle._job.cancel(check=False)
-                except Exception:  # noqa: BLE001 - best effort: already gone, no scheduler
+                except Exception:  # noqa: BLE001
                     pass
+
+
+def _local_tasks(job: Any) -> list[int]:
+    """The processes a submitit local job's controller started (Linux ``/proc``); none for a
+    SLURM job or elsewhere."""
+    process = getattr(job, "_process", None)
+    pid = getattr(process, "pid", None)
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    try:
+        return [int(p) for p in children.read_text().split()] if pid else []
+    except (OSError, ValueError):
+        return []
 
 
 class _SubmititHandle:

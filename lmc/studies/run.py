@@ -16,7 +16,8 @@ from typing import Any
 
 from lmc.studies.auto_population import resolve_population
 from lmc.studies.check import check_job_configs, check_jobs, check_study
-from lmc.studies.execute import Runner, input_stamps, now
+from lmc.studies.claims import check_claim_metrics
+from lmc.studies.execute import Runner, input_stamps, now, record_interrupted
 from lmc.studies.executors import Handle, make_executor
 from lmc.studies.load import load_study
 from lmc.studies.plan import Job, parse_shard, plan, shard
@@ -54,7 +55,8 @@ def checked_plan(
 ) -> list[Job]:
     """The study's jobs, after every check that needs no job to run (:func:`check_study` on
     the configs, :func:`lmc.studies.check.check_jobs` and
-    :func:`lmc.studies.check.check_job_configs` on the planned jobs); ``train.population:
+    :func:`lmc.studies.check.check_job_configs` on the planned jobs, the claims' metrics
+    against what each stage's jobs will report); ``train.population:
     auto`` is decided here (``previous``: the plan already in the study's folder), and ``log``
     gets the line that says how."""
     resolved = check_study(study)
@@ -63,7 +65,9 @@ def checked_plan(
         log(line)
     jobs = plan(study, resolved)
     check_jobs(jobs, resolved)
-    check_job_configs(jobs, resolved)
+    produced = check_job_configs(jobs, resolved)
+    if study.claims:  # against what each stage's jobs will report
+        check_claim_metrics(study.claims, produced)
     return jobs
 
 
@@ -269,5 +273,10 @@ def _schedule(
                 progress.settle(f"{name(job)}: {detail}", ok=ok, ran=True)
                 if not ok and fail_fast:
                     stop = True
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: stop the running jobs, say which they were
+        pool.terminate()
+        for jid in running:
+            record_interrupted(store, by_id[jid])
+        raise
     finally:
         progress.close()

@@ -279,15 +279,17 @@ def study_folder(root: str | Path) -> Path:
 def status(root: str | Path) -> dict[str, dict[str, int]]:
     """Per stage, how many jobs of the study folder ``root`` are done, failed, running (begun
     while a live process holds the lock) and pending (not begun, or begun by a run that was
-    stopped: the next run redoes them); ``damaged`` (only when some are): done, but their
-    outputs do not read (:meth:`StudyStore.damage`; the next run redoes them)."""
+    stopped: the next run redoes them); ``interrupted`` (only when some are): stopped by Ctrl-C
+    or SIGTERM while they ran (the next run resumes them from their last checkpoint);
+    ``damaged`` (only when some are): done, but their outputs do not read
+    (:meth:`StudyStore.damage`; the next run redoes them)."""
     store = StudyStore(root)
     live = store.holder() is not None
     counts: dict[str, dict[str, int]] = {}
     for job in store.plan():
         rec = store.record(job)
         state = rec.get("status") if rec else None
-        if state not in ("done", "failed"):
+        if state not in ("done", "failed", "interrupted"):
             state = "running" if live and store.job_dir(job).is_dir() else "pending"
         elif state == "done" and store.damage(job):
             state = "damaged"

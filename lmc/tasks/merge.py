@@ -38,7 +38,7 @@ from lmc.tasks.base import (
     save_task_hparams,
     train_batches,
 )
-from lmc.tasks.merge_report import log_merge
+from lmc.tasks.merge_report import log_merge, merge_metric_names
 from lmc.tasks.options import MergeEvaluationOptions, moved_into
 
 
@@ -260,6 +260,15 @@ class MergeTask(EvaluationTask):
         self.reference, self.wm_method, self.seed = reference, wm_method, seed
         self.reporter = MergeReporter(as_options(MergeEvaluationOptions, evaluation), seed)
         self.sweep: MergeSweep | None = None
+
+    @classmethod
+    def produces(cls, init_args: dict[str, Any], n_models: int | None = None) -> set[str]:
+        """The summary keys a run with ``init_args`` reports, as ``fnmatch`` patterns
+        (:func:`lmc.tasks.merge_report.merge_metric_names`), known before it runs; ``n_models``:
+        the checkpoints it will be given (a study job's inputs), the ``num_models`` default."""
+        methods = list(init_args.get("methods") or ["naive", "wm_ref", "mergemany"])
+        ns = init_args.get("num_models") or ([n_models] if n_models else None)
+        return merge_metric_names(methods, ns, dict(init_args.get("evaluation") or {}))
 
     def evaluate(self) -> None:
         # the validation loop runs under inference mode; the sharpness estimate needs

@@ -14,6 +14,61 @@ from lmc.results.figures import merge_figure
 from lmc.results.logging import LinePlot, publish, run_config
 from lmc.tasks.rundir import run_dir
 
+#: the diagnostics each built-in merge method logs beside its metrics (``*``: any text);
+#: a method registered elsewhere may log any
+BUILTIN_DIAGNOSTICS: dict[str, tuple[str, ...]] = {
+    "naive": (),
+    "wm_ref": (),
+    "mergemany": (),
+    "ccmm": (),
+    "stemm": ("final_loss", "epoch_seconds", "wm_seconds"),
+    "sinkhorn": ("final_loss/model*",),
+    "zip": ("same_model/*",),
+    "permute": ("correlation/model*/*",),
+    "otfusion": ("seconds", "finetune/epochs_per_model"),
+    "fedma": ("seconds", "finetune/epochs_per_model"),
+}
+
+
+def merge_metric_names(
+    methods: list[str], ns: list[int] | None, evaluation: dict[str, Any]
+) -> set[str]:
+    """The summary keys a merge sweep of ``methods`` at every n of ``ns`` (``None``: not known
+    before it runs) reports with the ``evaluation`` options (a merge task's ``evaluation``
+    group as configured), as ``fnmatch`` patterns (``*`` for a model's index or a group's
+    name): ``{method}/n{n}/{split}/{acc,loss,...}``, sharpness, geometry and the method's
+    diagnostics, and ``originals/model{i}/...``. A study checks its claims against them."""
+    splits = list(evaluation.get("splits") or ["train", "test"])
+    tasks = evaluation.get("tasks") or []
+    stats = ["loss", "acc", *(f"task{j}_acc" for j in range(len(tasks)))]
+    per_split = [
+        f"{split}/{kind}"
+        for split in splits
+        for stat in stats
+        for kind in (stat, f"originals_{stat}", f"{stat}_gap", f"ensemble_{stat}")
+    ]
+    if evaluation.get("pairwise", True):
+        last = splits[-1]
+        per_split += [f"{last}/pairwise_loss", f"{last}/pairwise_acc", f"{last}/pairwise_loss_gap"]
+    shared = [*per_split, "distance_mean"]
+    shared += [
+        f"{g}_{s}" for g in ("distance_ratio", "angle") for s in ("mean", "std", "min", "max")
+    ]
+    sharp = int(evaluation.get("sharpness_probes") or 0) > 0
+    if sharp:
+        shared += ["sharpness", "originals_sharpness"]
+    names = {
+        f"{method}/n{'*' if ns is None else n}/{tail}"
+        for method in methods
+        for n in (ns or [0])
+        for tail in [*shared, *BUILTIN_DIAGNOSTICS.get(method, ("*",))]
+    }
+    originals = [f"{split}/{stat}" for split in splits for stat in stats]
+    names |= {
+        f"originals/model*/{tail}" for tail in [*originals, *(["sharpness"] if sharp else [])]
+    }
+    return names
+
 
 def sweep_series(sweep: MergeSweep) -> dict[str, Series]:
     """One ``n`` series per method over every n of the sweep (``None`` where a method was not

@@ -306,8 +306,70 @@ def test_an_interrupted_study_stops_its_workers_and_says_how_to_go_on(sig, tmp_p
         assert lines[-1].startswith("lmc study: interrupted;"), err
         assert f"lmc study run {path} --dir {out}" in lines[-1]
         assert "Traceback" not in err
-        assert not list(out.glob("jobs/train/*/job.json"))  # nothing finished after
+        # nothing finished after: the jobs that ran are recorded as interrupted (issue 46)
+        records = [json.loads(p.read_text()) for p in out.glob("jobs/train/*/job.json")]
+        assert {r["status"] for r in records} <= {"interrupted"}
         assert not (out / ".lock").exists() or StudyStore(out).holder() is None
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize(
+    "how",
+    [
+        ("SIGINT", "--workers=1"),
+        ("SIGTERM", "--workers=1"),
+        ("SIGINT", "--workers=2"),
+        ("SIGINT", "--executor=submitit"),
+    ],
+    ids=["ctrl-c-in-process", "sigterm-in-process", "ctrl-c-workers", "ctrl-c-submitit-local"],
+)
+def test_an_interrupt_stops_the_study_in_every_executor_and_the_job_is_recorded(how, tmp_path):
+    """Issue 46: Ctrl-C or SIGTERM stops `lmc study run` in every executor: the running job is
+    recorded as interrupted (not failed; with --workers 1 Lightning turned the interrupt into a
+    failure and the study went on with the next jobs), no other job starts, exit status 130 with
+    one line saying how to go on; the next run resumes the job from its last checkpoint."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sig, option = how
+    if "submitit" in option:
+        pytest.importorskip("submitit")
+    study = tiny_study(evaluate=[], executor={"submitit": {"cluster": "local"}})
+    study["train"]["args"] = [*study["train"]["args"], "--trainer.max_epochs=100000"]
+    path = write_study(tmp_path, study)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "lmc", "study", "run", str(path), "--dir", str(out), option]
+    proc = subprocess.Popen(
+        cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(out.glob("jobs/train/*/lmc/*/checkpoints/last.ckpt")):
+            assert proc.poll() is None and time.monotonic() < deadline, "no epoch ended"
+            time.sleep(0.2)
+        started = {p.parent.name for p in out.glob("jobs/train/*/job.log")}
+        proc.send_signal(getattr(signal, sig))
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        lines = err.strip().splitlines()
+        assert lines[-1].startswith("lmc study: interrupted;") and "Traceback" not in err, err
+        assert f"lmc study run {path} --dir {out}" in lines[-1]
+        assert {p.parent.name for p in out.glob("jobs/train/*/job.log")} == started
+        records = [json.loads(p.read_text()) for p in out.glob("jobs/train/*/job.json")]
+        assert records and {r["status"] for r in records} == {"interrupted"}, records
+        assert {r["id"] for r in records} == started
+        store = StudyStore(out)
+        job = next(j for j in store.plan() if j["id"] in started)
+        assert store.partial_run(job) is not None  # resumed by the next run
+        counts = status(out)["train"]
+        assert counts["interrupted"] == len(started) and counts["done"] == 0
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -8,7 +8,14 @@ import pytest
 from lmc.studies import StudyError, load_and_plan, run_study
 from lmc.studies.schema import EVALUATE_KINDS, Groups, Pairs
 from tests.helpers import CONFIGS
-from tests.studies.conftest import WIDTH, merge_stage, tiny_study, width_claim, write_study
+from tests.studies.conftest import (
+    TINY_DATA,
+    WIDTH,
+    merge_stage,
+    tiny_study,
+    width_claim,
+    write_study,
+)
 
 
 def test_plan_expands_the_grid_with_stable_ids(tmp_path):
@@ -315,7 +322,21 @@ BAD = {
     ),
     "claim on a metric the stage does not produce": (
         tiny_study(claims=[width_claim(metric="barrier_los_matched")]),
-        "reads 'barrier_los_matched', which stage 'barrier' does not produce; it produces: ",
+        "reads 'barrier_los_matched', which stage 'barrier' does not produce (",
+    ),
+    "claim on a misspelt merge metric": (  # issue 46: was found after all 12 jobs ran
+        tiny_study(
+            evaluate=[merge_stage(*TINY_DATA)],
+            claims=[width_claim(stage="merge", metric="mergemany/n2/test/los")],
+        ),
+        "reads 'mergemany/n2/test/los', which stage 'merge' does not produce (",
+    ),
+    "claim on a merge metric at an n the stage does not merge": (
+        tiny_study(
+            evaluate=[merge_stage(*TINY_DATA)],
+            claims=[width_claim(stage="merge", metric="mergemany/n3/test/loss")],
+        ),
+        "the closest it produces: mergemany/n2/test/loss",
     ),
     "executor workers 0": (
         tiny_study(executor={"workers": 0}),

@@ -92,16 +92,16 @@ def tiny_study(
 
 def _fits(claim: dict[str, Any], path: Path) -> bool:
     """Whether the tiny study at ``path`` runs ``claim`` (its stages, values and the metrics
-    known before a job: :func:`lmc.studies.check.check_study` checks them)."""
+    known before a job: :func:`lmc.studies.run.checked_plan` checks them)."""
     from dataclasses import replace
 
     from lmc.studies import StudyError
-    from lmc.studies.check import check_study
     from lmc.studies.claims import parse_claims
+    from lmc.studies.run import checked_plan
 
     try:
         study = load_study(path)
-        check_study(replace(study, claims=parse_claims([claim], study)))
+        checked_plan(replace(study, claims=parse_claims([claim], study)))
     except StudyError:
         return False
     return True
