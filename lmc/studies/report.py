@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 
 from lmc.io import atomic_write
-from lmc.studies.store import PLAN_FILE, STUDY_FILE, study_folder
+from lmc.studies.store import read_plan, read_study_copy, study_folder
 
 REPORT_DIR = "report"
 _NO_FIGURE = "No figure (none declared under figures: in the study file, or no job done)."
@@ -248,9 +248,9 @@ def write_report(root: str | Path, out: str | Path | None = None) -> Report:
 
     root = study_folder(root)
     out = Path(out) if out is not None else root / REPORT_DIR
-    plan_doc = json.loads((root / PLAN_FILE).read_text())
+    plan_doc = read_plan(root)
     plan = plan_doc["jobs"]
-    text = (root / STUDY_FILE).read_text()
+    text = read_study_copy(root)
     name = plan_doc.get("study") or root.name
     specs = _figure_specs(text)
     frames = aggregate.study_tables(root)  # every job record and run summary read once

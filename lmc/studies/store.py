@@ -27,6 +27,54 @@ LOCK_FILE = ".lock"
 DAMAGED_DIR = "damaged"  # done jobs whose outputs did not read, set aside before their rerun
 
 
+def read_plan(root: str | Path) -> dict[str, Any]:
+    """The study folder ``root``'s ``plan.json`` (``study``, ``file``, ``jobs``).
+
+    Raises:
+        StudyError: it is missing, or damaged (not JSON, no job list), in one line naming the
+            file and the fix.
+    """
+    path = Path(root) / PLAN_FILE
+    if not path.is_file():
+        raise StudyError(
+            f"{root} is no study folder (no {PLAN_FILE}); run `lmc study run FILE --dir DIR` first"
+        )
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, OSError) as err:
+        doc, why = None, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    else:
+        why = "it holds no job list"
+    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+        raise StudyError(
+            f"{path} is damaged ({why}); `lmc study run <study file> --dir {root}` writes it "
+            "again (finished jobs are kept)"
+        )
+    return doc
+
+
+def read_study_copy(root: str | Path) -> str:
+    """The text of the study folder ``root``'s ``study.yaml`` (the study file as it ran).
+
+    Raises:
+        StudyError: it is damaged (not YAML, not a mapping), in one line naming the fix.
+    """
+    path = Path(root) / STUDY_FILE
+    try:
+        text = path.read_text()
+        data = yaml.safe_load(text)
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as err:
+        data, why = None, str(err).splitlines()[0] if str(err) else type(err).__name__
+    else:
+        why = "not a mapping of the study's keys"
+    if not isinstance(data, dict):
+        raise StudyError(
+            f"{path} (the copy of the study file) is damaged ({why}); `lmc study run <study "
+            f"file> --dir {root} --force` writes it again (finished jobs are kept)"
+        )
+    return text
+
+
 def _write_json(path: Path, payload: Any) -> None:
     atomic_write(path, lambda f: json.dump(payload, f, indent=2, default=str), mode="w")
 
@@ -110,10 +158,7 @@ class StudyStore:
         is refused unless ``force``; the study copy and the plan are (re)written."""
         copy = self.root / STUDY_FILE
         if copy.is_file() and not force:
-            try:
-                old = (yaml.safe_load(copy.read_text()) or {}).get("name")
-            except yaml.YAMLError:
-                old = None
+            old = yaml.safe_load(read_study_copy(self.root)).get("name")
             if old != study.name:
                 raise StudyError(
                     f"{self.root} holds the study {old!r}, not {study.name!r} "
@@ -126,13 +171,8 @@ class StudyStore:
         )
 
     def plan(self) -> list[dict[str, Any]]:
-        path = self.root / PLAN_FILE
-        if not path.is_file():
-            raise StudyError(
-                f"{self.root} is no study folder (no {PLAN_FILE}); run "
-                "`lmc study run FILE --dir DIR` first"
-            )
-        return json.loads(path.read_text())["jobs"]
+        """The planned jobs (:func:`read_plan`)."""
+        return read_plan(self.root)["jobs"]
 
     def previous_plan(self, study: Study) -> list[dict[str, Any]] | None:
         """The jobs of the plan this folder holds for ``study`` (by name), or ``None``."""

@@ -412,11 +412,10 @@ def study_claims(root: Any) -> list[ClaimResult]:
     Raises:
         StudyError: ``root`` is no study folder, or a claim does not fit the study.
     """
-    import json
 
     from lmc.studies.results import results
-    from lmc.studies.store import PLAN_FILE, STUDY_FILE, study_folder
+    from lmc.studies.store import read_plan, read_study_copy, study_folder
 
     root = study_folder(root)
-    plan = json.loads((root / PLAN_FILE).read_text())["jobs"]
-    return evaluate_study_claims((root / STUDY_FILE).read_text(), plan, results(root))
+    plan = read_plan(root)["jobs"]
+    return evaluate_study_claims(read_study_copy(root), plan, results(root))

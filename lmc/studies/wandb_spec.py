@@ -32,7 +32,14 @@ from lmc.studies.schema import (
     TRAIN_STAGE,
     StudyError,
 )
-from lmc.studies.store import PLAN_FILE, STUDY_FILE, StudyStore, study_folder
+from lmc.studies.store import (
+    PLAN_FILE,
+    STUDY_FILE,
+    StudyStore,
+    read_plan,
+    read_study_copy,
+    study_folder,
+)
 
 SCHEMA = "lmc.wandb_report"
 VERSION = 1
@@ -304,8 +311,8 @@ def report_spec(
         StudyError: ``root`` is no study folder, or a figure names a stage without jobs.
     """
     root = study_folder(root)
-    plan = json.loads((root / PLAN_FILE).read_text())
-    text = (root / STUDY_FILE).read_text()
+    plan = read_plan(root)
+    text = read_study_copy(root)
     name = str(plan.get("study") or root.name)
     store = StudyStore(root)
     jobs: dict[str, dict[str, int]] = {}

@@ -253,3 +253,30 @@ def test_damage_is_checked_once_per_job_until_its_outputs_change(tiny_run, tmp_p
     summary = StudyStore(out).run_dir(job) / "summary.json"
     summary.write_text(summary.read_text()[:40])  # truncated after it was checked
     assert "summary.json" in (StudyStore(out).damage(job) or "") and len(reads) == 2
+
+
+@pytest.mark.parametrize("damage", ["plan", "study"])
+def test_a_damaged_study_folder_file_is_one_line_naming_it_and_the_fix(
+    tiny_run, tmp_path, capsys, damage
+):
+    """Issue 46: a corrupt plan.json (was a raw JSONDecodeError traceback from status and
+    report) or study.yaml: one line naming the file and the command that writes it again; the
+    run that command names does so and keeps the finished jobs."""
+    path, _ = tiny_run
+    out = copy_run(tiny_run, tmp_path)
+    name = {"plan": "plan.json", "study": "study.yaml"}[damage]
+    (out / name).write_text('{"jobs": [' if damage == "plan" else "name: [unclosed\n")
+    from lmc.cli.study import study_main
+
+    commands = [["report", str(out)], ["claims", str(out)]]  # status reads no study copy
+    for command in commands + ([["status", str(out)]] if damage == "plan" else []):
+        with pytest.raises(SystemExit) as exit_info:
+            study_main(command)  # as from the console: errors as one line
+        assert exit_info.value.code == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and str(out / name) in err[0] and "is damaged" in err[0], err
+        assert f"--dir {out}" in err[0]
+    force = ["--force"] if damage == "study" else []
+    summary = run_study(path, out, log=lambda _: None, force=bool(force))
+    assert len(summary.skipped) == 6 and not summary.ran  # nothing redone
+    assert status(out)["train"]["done"] == 4
