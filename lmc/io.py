@@ -211,8 +211,8 @@ _LAST = re.compile(r"last(?:-v(\d+))?\.ckpt")
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """The checkpoint file a path names: a file as is; a run folder (or its ``checkpoints/``)
-    by one rule: its newest checkpoint by the step recorded inside (``global_step``, then
+    """The checkpoint file a path names: a file as is; a root (``--trainer.default_root_dir``)
+    holding one run as that run; a run folder (or its ``checkpoints/``) by one rule: its newest checkpoint by the step recorded inside (``global_step``, then
     ``epoch``), among equals a ``last.ckpt`` (then ``last-vN.ckpt``, highest N: Lightning's
     name for a newer copy beside a ``last.ckpt`` it did not know); where no file records a
     step (bare state dicts), ``last.ckpt``, else the highest ``step=N`` in the names.
@@ -226,6 +226,15 @@ def resolve_checkpoint(path: str | Path) -> Path:
         return path  # load_checkpoint reports a missing file
     folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
     found = sorted(folder.glob("*.ckpt"))
+    runs = sorted(p.parent.parent for p in path.glob("*/*/checkpoints/*.ckpt"))
+    if not found and runs:  # a root (--trainer.default_root_dir) holding runs
+        runs = list(dict.fromkeys(runs))
+        if len(runs) == 1:
+            return resolve_checkpoint(runs[0])
+        raise ValueError(
+            f"{path} holds {len(runs)} runs ({', '.join(str(r) for r in runs)}): give the run "
+            "folder you mean (`lmc fit` prints it at the end)"
+        )
     if not found:
         raise FileNotFoundError(
             f"no checkpoint in {folder}: give a run folder written by `lmc fit` (with "

@@ -185,3 +185,19 @@ def test_atomic_write_gives_a_new_file_the_umask_mode_and_keeps_an_old_files(tmp
         assert stat.S_IMODE(new.stat().st_mode) == 0o600 and new.read_text() == "b"
     finally:
         os.umask(umask)
+
+
+def test_a_root_holding_one_run_resolves_to_it_and_two_runs_are_named(tmp_path):
+    """The README's barrier recipe gives the roots of two `lmc fit` runs (issue 46: its
+    `$(ls -d OUT0/lmc/*/)` broke once a root held two runs)."""
+    from lmc.io import resolve_checkpoint, save_net_checkpoint
+
+    first = tmp_path / "OUT0" / "lmc" / "a1" / "checkpoints"
+    first.mkdir(parents=True)
+    save_net_checkpoint(_net_state(), first / "last.ckpt")
+    assert resolve_checkpoint(tmp_path / "OUT0") == first / "last.ckpt"
+    second = tmp_path / "OUT0" / "lmc" / "b2" / "checkpoints"
+    second.mkdir(parents=True)
+    save_net_checkpoint(_net_state(), second / "last.ckpt")
+    with pytest.raises(ValueError, match=r"holds 2 runs \(.*a1, .*b2\): give the run folder"):
+        resolve_checkpoint(tmp_path / "OUT0")

@@ -96,6 +96,13 @@ def test_a_crashed_run_resumed_from_last_equals_the_uninterrupted_run(
         assert all(_same(sa[k], sb[k], accelerator) for k in sa)
 
 
+def test_fit_ends_by_printing_its_run_folder(data, tmp_path, caplog):
+    with caplog.at_level("INFO"):
+        _fit(data, tmp_path / "out", "--trainer.max_epochs=1")
+    [run] = run_dirs(tmp_path / "out")
+    assert f"Run folder: {run} (rerun: lmc fit --config {run / 'config.yaml'}" in caplog.text
+
+
 def test_last_with_nothing_to_resume_is_an_error_unless_asked_to_start_fresh(data, tmp_path):
     with pytest.raises(FileNotFoundError, match="no run to resume under"):
         _fit(data, tmp_path / "empty", "--ckpt_path=last", "--trainer.max_epochs=1")

@@ -267,6 +267,12 @@ class LMCCLI(LightningCLI):
         cfg = self.config[self.subcommand]
         if cfg.get("test_after_fit") and self.trainer.state.fn == TrainerFn.FITTING:
             self.trainer.test(self.model, datamodule=self.datamodule, verbose=True)
+        # the folder later commands take (--model.init_args.checkpoints, --config, --ckpt_path)
+        folder = run_dir(self.trainer)
+        rank_zero_info(
+            f"Run folder: {folder} (rerun: lmc fit --config {folder / 'config.yaml'}; resume: "
+            "add --ckpt_path last)"
+        )
 
 
 def _check_spawn_from(path: str, subcommand: str) -> None:
