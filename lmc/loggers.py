@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger as _LightningCSVLogger
@@ -62,3 +67,69 @@ class CSVLogger(_LightningCSVLogger):
 
     def __init__(self, save_dir: str | None = None, name: str | None = "lmc", **kwargs: Any):
         super().__init__(save_dir if save_dir is not None else "runs", name=name, **kwargs)
+
+
+def offline_segments(save_dir: str | Path, run_id: str) -> list[Path]:
+    """The offline W&B run folders of run ``run_id`` under ``save_dir`` (``wandb/offline-run-
+    <time>-<id>``), oldest first: one per attempt of a run that was resumed."""
+    return sorted((Path(save_dir) / "wandb").glob(f"offline-run-*-{run_id}"))
+
+
+def _segment_rows(folder: Path) -> list[dict[str, Any]]:
+    """The history rows of one offline W&B run folder, read by ``wandb leet inspect``."""
+    exe = shutil.which("wandb", path=str(Path(sys.executable).parent)) or "wandb"
+    out = subprocess.run(
+        [exe, "leet", "inspect", "--json", str(folder)],
+        check=True,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    ).stdout
+    rows = []
+    for line in out.splitlines():
+        record = json.loads(line) if line.strip() else {}
+        if record.get("type") == "history":
+            rows.append(record["history"]["item"])
+    return rows
+
+
+def offline_history(save_dir: str | Path, run_id: str) -> list[dict[str, Any]]:
+    """The history of the offline W&B run ``run_id`` as one uninterrupted run logged it: each
+    attempt's rows up to the step the next attempt starts at (rows a killed attempt logged after
+    its checkpoint are superseded by the resumed attempt's, which carry the same ``_step``s).
+
+    Raises:
+        FileNotFoundError: no offline run of that id under ``save_dir``.
+    """
+    segments = offline_segments(save_dir, run_id)
+    if not segments:
+        raise FileNotFoundError(f"no offline W&B run {run_id} under {Path(save_dir) / 'wandb'}")
+    rows: list[dict[str, Any]] = []
+    for segment in segments:
+        new = _segment_rows(segment)
+        start = new[0]["_step"] if new else None
+        rows = [r for r in rows if start is None or r["_step"] < start] + new
+    return rows
+
+
+def continue_offline_history(logger: Any, before_step: int) -> None:
+    """Start the resumed attempt of an offline W&B run at the ``_step`` an uninterrupted run
+    would log next: after the rows its earlier attempts logged below training step
+    ``before_step`` (the checkpoint's). W&B alone restarts an offline attempt at step 0, so the
+    attempts could not be read as one run, nor synced into one."""
+    if not isinstance(logger, _LightningWandbLogger) or not logger._wandb_init.get("id"):
+        return
+    init = logger._wandb_init
+    if not (logger._offline or init.get("mode") == "offline"):
+        return  # online, W&B resumes the run at its own last step
+    save_dir = logger.save_dir or init.get("dir") or "."
+    if not offline_segments(save_dir, init["id"]):
+        return
+    rows = offline_history(save_dir, init["id"])
+    kept = next(
+        (i for i, r in enumerate(rows) if r.get("trainer/global_step", -1) >= before_step),
+        len(rows),
+    )
+    if kept:
+        logger.experiment.log({}, step=int(rows[kept - 1]["_step"]) + 1, commit=False)

@@ -94,6 +94,23 @@ def test_a_crashed_run_resumed_from_last_equals_the_uninterrupted_run(
         a["optimizer_states"][0]["state"].values(), b["optimizer_states"][0]["state"].values()
     ):
         assert all(_same(sa[k], sb[k], accelerator) for k in sa)
+    if accelerator == "cpu":  # the offline W&B run: its two attempts read as one (issue 46)
+        from lmc.loggers import offline_history, offline_segments
+
+        assert len(offline_segments(tmp_path / "crashed", crashed.name)) == 2
+        assert _rows(tmp_path / "crashed", crashed.name) == _rows(
+            tmp_path / "straight", straight.name
+        )
+
+
+def _rows(save_dir: Path, run_id: str) -> list[dict]:
+    """The W&B history rows, less wall-clock times."""
+    from lmc.loggers import offline_history
+
+    clock = ("_runtime", "_timestamp")
+    return [
+        {k: v for k, v in r.items() if k not in clock} for r in offline_history(save_dir, run_id)
+    ]
 
 
 def test_fit_ends_by_printing_its_run_folder(data, tmp_path, caplog):

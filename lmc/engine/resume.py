@@ -188,17 +188,20 @@ def respell_checkpoint_state(state: dict[str, Any], dirpath: str) -> None:
 
 def keep_logged_rows(trainer: L.Trainer, checkpoint: str | Path) -> None:
     """Before a run continues from ``checkpoint`` in its own folder: its CSV loggers keep the
-    rows logged before it (:class:`ResumedCSVWriter`) instead of starting a new file."""
-    if not trainer.is_global_zero:
-        return
-    csv_loggers = [g for g in trainer.loggers if isinstance(g, CSVLogger)]
-    if not csv_loggers:
+    rows logged before it (:class:`ResumedCSVWriter`) instead of starting a new file, and an
+    offline W&B run continues at the step after them
+    (:func:`lmc.loggers.continue_offline_history`)."""
+    from lmc.loggers import continue_offline_history
+
+    if not trainer.is_global_zero or not trainer.loggers:
         return
     step = logged_step(load_checkpoint(checkpoint, mmap=True))
-    for logger in csv_loggers:
-        if logger._experiment is None:
+    for logger in trainer.loggers:
+        if isinstance(logger, CSVLogger) and logger._experiment is None:
             os.makedirs(logger.root_dir, exist_ok=True)
             logger._experiment = ResumedCSVWriter(logger.log_dir, step)
+        else:
+            continue_offline_history(logger, step)
 
 
 class SpawnPoints(Callback):
