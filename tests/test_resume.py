@@ -95,7 +95,7 @@ def test_a_crashed_run_resumed_from_last_equals_the_uninterrupted_run(
     ):
         assert all(_same(sa[k], sb[k], accelerator) for k in sa)
     if accelerator == "cpu":  # the offline W&B run: its two attempts read as one (issue 46)
-        from lmc.loggers import offline_history, offline_segments
+        from lmc.loggers import offline_segments
 
         assert len(offline_segments(tmp_path / "crashed", crashed.name)) == 2
         assert _rows(tmp_path / "crashed", crashed.name) == _rows(
