@@ -194,15 +194,53 @@ def method_options(fn: MergeMethod) -> dict[str, inspect.Parameter]:
     }
 
 
+def _type_error(value: Any, annotation: Any) -> str | None:
+    """Why ``value`` is not of the plain ``annotation`` (``float``, ``int``, ``bool``, ``str``,
+    ``None`` and unions of them; other annotations are not checked), or ``None``."""
+    import types
+    import typing
+
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return None
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    kinds = typing.get_args(annotation) if union else (annotation,)
+    plain = {float: "a number", int: "a whole number", bool: "true or false", str: "a string"}
+    if not all(k in plain or k is type(None) for k in kinds):
+        return None  # a list, a literal, a class: left to the method
+
+    def fits(kind: Any) -> bool:
+        if kind is type(None):
+            return value is None
+        if isinstance(value, bool):
+            return kind is bool
+        if kind is float:
+            return isinstance(value, (int, float))
+        return isinstance(value, kind)
+
+    if any(fits(k) for k in kinds):
+        return None
+    wanted = " or ".join("null" if k is type(None) else plain[k] for k in kinds)
+    return f"must be {wanted}, got {value!r}"
+
+
 def check_options(
-    options: Mapping[str, Mapping[str, Any]] | None, methods: Sequence[str], field: str
+    options: Mapping[str, Mapping[str, Any]] | None,
+    methods: Sequence[str],
+    field: str,
+    spec: PermutationSpec | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """``method -> options`` for the ``methods`` run, each checked against its signature.
+    """``method -> options`` for the ``methods`` run, each checked against its signature (the
+    names it takes, and values of the plain types it declares), then by the method's own
+    ``check_options(options, spec, field)`` where it has one (ranges; with ``spec``, the
+    network's groups).
 
     Raises:
-        ValueError: options of a method not run or not registered, or an option the method
-            does not take (the message lists the ones it takes).
+        ValueError: options of a method not run or not registered, an option the method
+            does not take (the message lists the ones it takes), or a value it refuses (naming
+            the option).
     """
+    import typing
+
     out: dict[str, dict[str, Any]] = {}
     for name, opts in (options or {}).items():
         if name not in methods:
@@ -219,6 +257,17 @@ def check_options(
                 f"{field}.{name}: unknown option(s) {', '.join(map(repr, bad))}; merge method "
                 f"{name!r} takes {', '.join(known) or 'no options'}"
             )
+        try:
+            hints = typing.get_type_hints(getattr(fn, "permutations", fn))
+        except Exception:  # noqa: BLE001 - an annotation that does not resolve: not checked
+            hints = {}
+        for key, value in opts.items():
+            why = _type_error(value, hints.get(key, inspect.Parameter.empty))
+            if why:
+                raise ValueError(f"{field}.{name}.{key} {why}")
+        own = getattr(fn, "check_options", None)
+        if own is not None:
+            own(dict(opts), spec, f"{field}.{name}")
         out[name] = dict(opts)
     return out
 

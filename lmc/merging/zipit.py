@@ -357,3 +357,22 @@ def permute_merge(inputs: MergeInputs) -> Merged:
         perms.append(res.perm)
         diagnostics.update({f"correlation/model{i}/{g}": v for g, v in res.similarity.items()})
     return Merged.from_perms(inputs.states, inputs.spec, perms, diagnostics)
+
+
+def _check_zip_options(options: dict[str, Any], spec: PermutationSpec | None, field: str) -> None:
+    """``alpha`` and ``beta`` in [0, 1] (ZipIt!'s fractions: the weight of a merged feature's
+    correlations, each model's budget of same-model merges) and ``zip_until`` one of the
+    network's groups or depths, when its spec is known; before any model is merged."""
+    for key in ("alpha", "beta"):
+        value = options.get(key)
+        if value is not None and not 0 <= value <= 1:
+            raise ValueError(f"{field}.{key} must lie in [0, 1], got {value!r}")
+    until = options.get("zip_until")
+    if until is not None and spec is not None:
+        try:
+            trunk_groups(spec, until)
+        except SpecError as err:
+            raise ValueError(f"{field}.zip_until: {err}") from None
+
+
+zip_merge.check_options = _check_zip_options  # type: ignore[attr-defined]

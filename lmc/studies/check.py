@@ -53,7 +53,9 @@ def check_names(resolved: Mapping[str, Any], where: str) -> None:
         "barrier": check_definition,
         # without `methods` only the options themselves are checked here (the task checks
         # them against its default methods when it is built)
-        "method_options": lambda v, f: check_options(v, init.get("methods") or list(v), f),
+        "method_options": lambda v, f: check_options(
+            v, init.get("methods") or list(v), f, _known_spec(init)
+        ),
     }
     for key, check in checks.items():
         value = init.get(key)
@@ -63,6 +65,28 @@ def check_names(resolved: Mapping[str, Any], where: str) -> None:
             check(value, f"model.init_args.{key}")
         except ValueError as err:
             raise StudyError(f"{where}: {err}") from None
+
+
+def _known_spec(init: Mapping[str, Any]) -> Any:
+    """The permutation spec of the task's ``net`` when it is known without data (a built-in
+    network of plain arguments, built here on the CPU), else ``None``: what a merge method's
+    options are checked against at plan time (e.g. ZipIt!'s ``zip_until``)."""
+    import importlib
+
+    from lmc.permutation.source import needs_example, resolve_spec
+
+    net = init.get("net")
+    path = net.get("class_path") if isinstance(net, Mapping) else None
+    args = dict(net.get("init_args") or {}) if isinstance(net, Mapping) else {}
+    source = init.get("spec") or "auto"
+    if not isinstance(path, str) or any(isinstance(v, Mapping) for v in args.values()):
+        return None
+    try:
+        module, _, name = path.rpartition(".")
+        model = getattr(importlib.import_module(module), name)(**args)
+        return None if needs_example(source, model) else resolve_spec(source, model)
+    except Exception:  # noqa: BLE001 - not known before the job: its task checks when built
+        return None
 
 
 def _net_class(resolved: Mapping[str, Any]) -> str | None:

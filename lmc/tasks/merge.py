@@ -248,10 +248,10 @@ class MergeTask(EvaluationTask):
         for m in methods or []:
             MERGE_METHODS.check(m, "model.init_args.methods")
         self.methods = list(methods) if methods else ["naive", "wm_ref", "mergemany"]
-        self.method_options = check_options(
-            method_options, self.methods, "model.init_args.method_options"
-        )
         self.spec_source = SpecSource(spec, net)
+        self.method_options = check_options(  # with the network's groups when known now
+            method_options, self.methods, "model.init_args.method_options", self.spec_source.known
+        )
         files, self.states, self.num_models = load_models(
             net, checkpoints, num_models, reference, self.spec_source
         )

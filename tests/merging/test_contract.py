@@ -106,6 +106,28 @@ def test_options_of_a_method_not_run_are_refused():
     assert check_options({"stemm": {"epochs": 1}}, ["stemm"], "f") == {"stemm": {"epochs": 1}}
 
 
+def _typed(inputs: MergeInputs, *, scale: float = 1.0, rounds: int = 2, tag: str | None = None):
+    return Merged(dict(inputs.states[0]))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"scale": "big"}, r"f\.typed\.scale must be a number, got 'big'"),
+        ({"scale": True}, "scale must be a number, got True"),
+        ({"rounds": 2.5}, "rounds must be a whole number, got 2.5"),
+        ({"tag": 3}, "tag must be a string or null, got 3"),
+    ],
+)
+def test_an_option_of_the_wrong_type_is_refused_naming_it(monkeypatch, options, message):
+    """Issue 46: a merge option of the wrong type failed inside the method (or not at all)."""
+    monkeypatch.setitem(MERGE_METHODS._entries, "typed", _typed)
+    with pytest.raises(ValueError, match=message):
+        check_options({"typed": options}, ["typed"], "f")
+    good = {"scale": 2, "rounds": 3, "tag": None}  # an int is a number
+    assert check_options({"typed": good}, ["typed"], "f") == {"typed": good}
+
+
 @pytest.mark.parametrize(
     ("name", "missing"),
     [("stemm", "train_batches"), ("sinkhorn", "train_batches"), ("stemm", "net")],

@@ -229,6 +229,50 @@ BAD = {
         "evaluate stage 'merge': model.init_args.method_options.stemm: unknown option(s) 'epoch'; "
         "merge method 'stemm' takes epochs, lr",
     ),
+    "zip_until past the network's groups": (  # issue 46: found after the training
+        tiny_study(
+            evaluate=[
+                merge_stage(
+                    "--model.init_args.methods=[naive, zip]",
+                    "--model.init_args.method_options={zip: {zip_until: 5}}",
+                )
+            ]
+        ),
+        "model.init_args.method_options.zip.zip_until: zip_until=5 is past the network's 1 groups",
+    ),
+    "zip_until naming no group": (
+        tiny_study(
+            evaluate=[
+                merge_stage(
+                    "--model.init_args.methods=[naive, zip]",
+                    "--model.init_args.method_options={zip: {zip_until: fc9}}",
+                )
+            ]
+        ),
+        "zip_until='fc9' names no group; groups in order: ",
+    ),
+    "zip beta out of range": (
+        tiny_study(
+            evaluate=[
+                merge_stage(
+                    "--model.init_args.methods=[naive, zip]",
+                    "--model.init_args.method_options={zip: {beta: 2}}",
+                )
+            ]
+        ),
+        "model.init_args.method_options.zip.beta must lie in [0, 1], got 2",
+    ),
+    "zip alpha of the wrong type": (
+        tiny_study(
+            evaluate=[
+                merge_stage(
+                    "--model.init_args.methods=[naive, zip]",
+                    "--model.init_args.method_options={zip: {alpha: high}}",
+                )
+            ]
+        ),
+        "model.init_args.method_options.zip.alpha must be a number, got 'high'",
+    ),
     "grid values that parse alone but not together": (
         _bad(
             grid={
