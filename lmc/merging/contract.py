@@ -194,6 +194,22 @@ def method_options(fn: MergeMethod) -> dict[str, inspect.Parameter]:
     }
 
 
+def check_methods(methods: Sequence[str] | None, field: str) -> None:
+    """Merge method names as given in a config: registered ones, and not an empty list (which
+    ran the default methods while the saved config said ``[]``).
+
+    Raises:
+        ValueError: an empty list or an unknown name (listing the registered ones).
+    """
+    if methods is not None and len(methods) == 0:
+        raise ValueError(
+            f"{field} is empty: name at least one merge method, or leave it out for the "
+            "default naive, wm_ref and mergemany"
+        )
+    for m in methods or []:
+        MERGE_METHODS.check(m, field)
+
+
 def _type_error(value: Any, annotation: Any) -> str | None:
     """Why ``value`` is not of the plain ``annotation`` (``float``, ``int``, ``bool``, ``str``,
     ``None`` and unions of them; other annotations are not checked), or ``None``."""

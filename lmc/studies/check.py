@@ -40,6 +40,7 @@ def check_names(resolved: Mapping[str, Any], where: str) -> None:
     """
     from lmc.interpolation.barrier import check_definition
     from lmc.merging import MERGE_METHODS, check_options
+    from lmc.merging.contract import check_methods
     from lmc.permutation.matchers import MATCHERS
 
     model = resolved.get("model")
@@ -48,7 +49,7 @@ def check_names(resolved: Mapping[str, Any], where: str) -> None:
         return
     checks = {
         "matcher": lambda v, f: MATCHERS.check(v, f),
-        "methods": lambda v, f: [MERGE_METHODS.check(m, f) for m in v],
+        "methods": lambda v, f: check_methods(v, f),
         "baselines": lambda v, f: [MERGE_METHODS.check(m, f) for m in v],
         "barrier": check_definition,
         # without `methods` only the options themselves are checked here (the task checks

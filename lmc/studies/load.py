@@ -388,6 +388,28 @@ def _executor(value: Any) -> Executor:
     return Executor(workers=workers, submitit=options)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the
+    last silently, so a study file's first ``grid:`` or ``args:`` would be dropped)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                continue  # left to the loader's own error
+            if key in seen:
+                raise StudyError(
+                    f"the key {key!r} is given twice in one mapping (lines {seen[key] + 1} and "
+                    f"{key_node.start_mark.line + 1}); YAML would keep only the last: merge them "
+                    "into one"
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_study(path: str | Path) -> Study:
     """Read and check the study file at ``path`` (structure, keys, types, pairs; the grid keys
     against the base configs are checked by :func:`lmc.studies.check.check_study`).
@@ -396,11 +418,17 @@ def load_study(path: str | Path) -> Study:
         StudyError: the file is missing, not YAML, or has a wrong key, type or value.
     """
     path = Path(path).resolve()
+    if path.is_dir():
+        copy = path / "study.yaml"
+        hint = f" (a study folder: its copy of the study file is {copy})" if copy.is_file() else ""
+        raise StudyError(f"{path} is a folder: give the study file (a .yaml){hint}")
     if not path.is_file():
         raise StudyError(f"study file not found: {path}")
     text = path.read_text()
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except StudyError as err:
+        raise StudyError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
         raise StudyError(f"{path} is not valid YAML: {err}") from None
     data = _mapping(data, f"the study file {path}")

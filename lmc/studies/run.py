@@ -7,6 +7,7 @@ is shown as jobs end."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -163,20 +164,26 @@ def run_study(
     workers = study.executor.workers if workers is None else workers
     summary = RunSummary()
     shard_of = parse_shard(shard_spec) if shard_spec is not None else None
-    with store.lock():
-        # the workers warm up while the study is checked against its configs
-        pool = make_executor(executor, workers, store.root, study.executor.submitit, runner)
-        try:
-            jobs = checked_plan(study, store.previous_plan(study), log)
-            selected, left = shard(jobs, *shard_of) if shard_of else (jobs, [])
-            summary.left_to_merge = [j.id for j in left]
-            store.init(study, jobs, force=force)
-            _schedule(study, jobs, selected, store, pool, summary, fail_fast, log, progress_bar)
-        except BaseException:  # Ctrl-C, SIGTERM (lmc.cli.study), an error: stop the jobs now
-            pool.terminate()
-            raise
-        finally:
-            pool.close()
+    made = not store.root.exists()
+    try:
+        with store.lock():
+            # the workers warm up while the study is checked against its configs
+            pool = make_executor(executor, workers, store.root, study.executor.submitit, runner)
+            try:
+                jobs = checked_plan(study, store.previous_plan(study), log)
+                selected, left = shard(jobs, *shard_of) if shard_of else (jobs, [])
+                summary.left_to_merge = [j.id for j in left]
+                store.init(study, jobs, force=force)
+                _schedule(study, jobs, selected, store, pool, summary, fail_fast, log, progress_bar)
+            except BaseException:  # Ctrl-C, SIGTERM (lmc.cli.study), an error: stop the jobs
+                pool.terminate()
+                raise
+            finally:
+                pool.close()
+    except BaseException:
+        if made and not (store.root / "plan.json").exists():  # refused before any plan:
+            shutil.rmtree(store.root, ignore_errors=True)  # no empty --dir left behind
+        raise
     if left:
         log(
             f"this shard leaves {len(left)} evaluate job(s) whose trainings other shards run: "

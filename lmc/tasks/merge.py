@@ -16,7 +16,6 @@ from torch import Tensor, nn
 from lmc.evaluation import has_batchnorm, reset_bn
 from lmc.io import atomic_write, load_endpoints, save_net_checkpoint
 from lmc.merging import (
-    MERGE_METHODS,
     Baseline,
     Merged,
     MergeInputs,
@@ -27,6 +26,7 @@ from lmc.merging import (
     merge_sweep,
     parameter_keys,
 )
+from lmc.merging.contract import check_methods
 from lmc.options import as_options
 from lmc.permutation import PermutationSpec
 from lmc.permutation.weight_matching import Method
@@ -245,9 +245,8 @@ class MergeTask(EvaluationTask):
         super().__init__()
         save_task_hparams(self, ["net"])
         self.save_merged = save_merged
-        for m in methods or []:
-            MERGE_METHODS.check(m, "model.init_args.methods")
-        self.methods = list(methods) if methods else ["naive", "wm_ref", "mergemany"]
+        check_methods(methods, "model.init_args.methods")
+        self.methods = list(methods) if methods is not None else ["naive", "wm_ref", "mergemany"]
         self.spec_source = SpecSource(spec, net)
         self.method_options = check_options(  # with the network's groups when known now
             method_options, self.methods, "model.init_args.method_options", self.spec_source.known
@@ -266,7 +265,8 @@ class MergeTask(EvaluationTask):
         """The summary keys a run with ``init_args`` reports, as ``fnmatch`` patterns
         (:func:`lmc.tasks.merge_report.merge_metric_names`), known before it runs; ``n_models``:
         the checkpoints it will be given (a study job's inputs), the ``num_models`` default."""
-        methods = list(init_args.get("methods") or ["naive", "wm_ref", "mergemany"])
+        given = init_args.get("methods")
+        methods = list(given) if given is not None else ["naive", "wm_ref", "mergemany"]
         ns = init_args.get("num_models") or ([n_models] if n_models else None)
         return merge_metric_names(methods, ns, dict(init_args.get("evaluation") or {}))
 

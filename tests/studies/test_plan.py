@@ -251,6 +251,10 @@ BAD = {
         ),
         "zip_until='fc9' names no group; groups in order: ",
     ),
+    "an empty list of merge methods": (  # issue 46: ran three methods, the config said []
+        tiny_study(evaluate=[merge_stage("--model.init_args.methods=[]")]),
+        "model.init_args.methods is empty: name at least one merge method, or leave it out",
+    ),
     "zip beta out of range": (
         tiny_study(
             evaluate=[
@@ -397,7 +401,7 @@ def test_bad_input_is_refused_before_any_job(tmp_path, case):
     with pytest.raises(StudyError, match=None) as err:
         run_study(path, tmp_path / "out", runner=ran.append, log=lambda _: None)
     assert message in str(err.value)
-    assert not ran and not (tmp_path / "out" / "jobs").exists()
+    assert not ran and not (tmp_path / "out").exists()  # no empty --dir left (issue 46)
 
 
 def test_the_study_barrier_definition_reaches_every_barrier_stage(tmp_path):
@@ -518,3 +522,19 @@ def test_every_stage_kind_selects_known_models(kind, tmp_path):
         StudyError, match=f"a {kind} stage selects its models with `{stage_kind.selects}`"
     ):
         load_and_plan(write_study(tmp_path, tiny_study(evaluate=[stage])))
+
+
+def test_a_key_given_twice_in_a_study_file_is_refused_naming_both_lines(tmp_path):
+    """Issue 46: plain YAML kept the last of two `grid:` keys and dropped the first silently."""
+    path = write_study(tmp_path, tiny_study())
+    text = path.read_text().replace("  grid:\n", "  grid: {}\n  grid:\n", 1)
+    path.write_text(text)
+    with pytest.raises(StudyError, match=r"the key 'grid' is given twice .*lines \d+ and \d+"):
+        run_study(path, tmp_path / "out", runner=lambda a: None, log=lambda _: None)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_given_as_the_study_file_is_named_as_a_folder(tiny_run, tmp_path):
+    _, out = tiny_run
+    with pytest.raises(StudyError, match=r"is a folder: give the study file .*study\.yaml"):
+        run_study(out, tmp_path / "new", runner=lambda a: None, log=lambda _: None)
