@@ -46,3 +46,30 @@ def test_moved_into_maps_every_field_to_its_group():
         "num_alphas": "evaluation.num_alphas",
         "repair": "evaluation.repair",
     }
+
+
+@pytest.mark.parametrize(
+    ("tasks", "message"),
+    [
+        ([[0, 1, 2], [2, 3]], r"labels \[2\] are in more than one task"),
+        ([[0, 1], []], "none of them empty"),
+        ([[0, -1]], "class indices >= 0"),
+    ],
+)
+def test_merge_evaluation_tasks_are_disjoint_label_sets(tasks, message):
+    """Issue 46: overlapping tasks were accepted (each label scored in two tasks)."""
+    from lmc.tasks.options import MergeEvaluationOptions
+
+    with pytest.raises(ValueError, match=message):
+        MergeEvaluationOptions(tasks=tasks)
+
+
+def test_merge_evaluation_tasks_name_labels_the_data_lacks():
+    """Issue 46: a label out of range failed after the merge; checked before it now."""
+    from lmc.tasks.options import MergeEvaluationOptions
+
+    options = MergeEvaluationOptions(tasks=[[0, 1, 2, 3, 4], [5, 6, 7, 8, 12]])
+    with pytest.raises(ValueError, match=r"labels \[12\] are not classes of the data .*0 to 9"):
+        options.check_labels(10)
+    options.check_labels(None)  # not known: not checked
+    MergeEvaluationOptions(tasks=[[0, 1], [2, 3]]).check_labels(10)

@@ -186,8 +186,13 @@ def _check_grid(
 ) -> None:
     """Every key of ``grid`` is in ``resolved`` (the config ``args`` give) and every value of it
     parses on top of ``args``."""
+    from lmc.engine.moved import moved_keys_error
+
     for key, values in grid.items():
         if not has_key(resolved, key):
+            moved = moved_keys_error([*args[1:], f"--{key}={cli_value(values[0])}"])
+            if moved:  # an old key of the task: name its new place, not "unknown"
+                raise StudyError(f"{where} grid key {key!r}: {moved}")
             raise StudyError(
                 f"{where} grid key {key!r} is not in {what} "
                 f"{', '.join(str(p) for p in configs)}; {near_keys(resolved, key)}"

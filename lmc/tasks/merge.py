@@ -4,6 +4,7 @@ the loading/evaluation glue it shares with the STE-MM task (:mod:`lmc.tasks.ste`
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -95,6 +96,7 @@ class MergeReporter:
         if self._batches is None or self._batches[0] != module.device:
             dm = module.trainer.datamodule
             opts = self.options
+            opts.check_labels(getattr(dm, "num_classes", None))  # before any merge
             batches = eval_and_align_batches(dm, opts.splits, opts.max_batches, module.device)
             self._batches = (module.device, batches)
         return self._batches[1]
@@ -178,6 +180,22 @@ class MergeReporter:
             f"(originals {ev.metrics[f'{split}/originals_acc']:.4f}), loss gap "
             f"{ev.metrics[f'{split}/loss_gap']:+.4f}"
             for ev in sweep.evaluations
+        ]
+        # a merge that diverged (non-finite weights or outputs) is a result, said out loud
+        lines += [
+            f"note: {m} n={n}: the merged model has non-finite weights; its metrics are NaN"
+            for m, by_n in merges.items()
+            for n, merged in by_n.items()
+            if not all(
+                bool(torch.isfinite(t).all())
+                for t in merged.state.values()
+                if t.is_floating_point()
+            )
+        ]
+        lines += [
+            f"note: {ev.method} n={ev.n}: {split} loss is not finite"
+            for ev in sweep.evaluations
+            if not math.isfinite(ev.metrics.get(f"{split}/loss", 0.0))
         ]
         rank_zero_info("\nMerged models:\n" + "\n".join(lines) + f"\nFigure and summary: {out}\n")
         return sweep, out

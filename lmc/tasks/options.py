@@ -85,6 +85,38 @@ class MergeEvaluationOptions(EvaluationOptions):
                 "need evaluation.sharpness_probes >= 0 and evaluation.sharpness_batches >= 1, "
                 f"got {self.sharpness_probes} and {self.sharpness_batches}"
             )
+        if self.tasks is not None:
+            labels = [label for task in self.tasks for label in task]
+            if not self.tasks or any(not task for task in self.tasks):
+                raise ValueError(
+                    f"evaluation.tasks must list label sets, none of them empty; got {self.tasks}"
+                )
+            if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in labels):
+                raise ValueError(
+                    f"evaluation.tasks: labels are class indices >= 0; got {self.tasks}"
+                )
+            twice = sorted({v for v in labels if labels.count(v) > 1})
+            if twice:
+                raise ValueError(
+                    f"evaluation.tasks: labels {twice} are in more than one task (a disjoint "
+                    f"split gives each label one task); got {self.tasks}"
+                )
+
+    def check_labels(self, num_classes: int | None) -> None:
+        """The ``tasks`` labels are classes of the data (``num_classes``; not known: not
+        checked): called before any model is merged.
+
+        Raises:
+            ValueError: a label outside ``[0, num_classes)``, naming it.
+        """
+        if self.tasks is None or num_classes is None:
+            return
+        out = sorted({v for task in self.tasks for v in task if v >= num_classes})
+        if out:
+            raise ValueError(
+                f"evaluation.tasks: labels {out} are not classes of the data (it has "
+                f"{num_classes}: 0 to {num_classes - 1}); got {self.tasks}"
+            )
 
 
 @dataclass(frozen=True)

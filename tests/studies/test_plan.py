@@ -324,6 +324,12 @@ BAD = {
         _with_stage(grid={"model.init_args.num_alpha": [3, 5]}),
         "evaluate stage 'barrier' grid key 'model.init_args.num_alpha' is not in its config",
     ),
+    "stage grid key that moved": (  # issue 46: was reported as unknown
+        _with_stage(grid={"model.init_args.num_alphas": [3, 5]}),
+        "evaluate stage 'barrier' grid key 'model.init_args.num_alphas': lmc.tasks."
+        "InterpolationTask: model.init_args.num_alphas moved to "
+        "model.init_args.evaluation.num_alphas",
+    ),
     "stage grid value refused": (
         _with_stage(grid={"model.init_args.evaluation.num_alphas": ["many"]}),
         "evaluate stage 'barrier'.grid.model.init_args.evaluation.num_alphas: the value 'many' is refused",

@@ -280,3 +280,38 @@ def test_a_damaged_study_folder_file_is_one_line_naming_it_and_the_fix(
     summary = run_study(path, out, log=lambda _: None, force=bool(force))
     assert len(summary.skipped) == 6 and not summary.ran  # nothing redone
     assert status(out)["train"]["done"] == 4
+
+
+def test_a_merge_that_diverged_is_noted(tiny_run, tmp_path, monkeypatch, caplog):
+    """Issue 46: a NaN merged state exited 0 with no note."""
+    import torch
+
+    from lmc.merging import MERGE_METHODS, Merged
+    from tests.studies.conftest import CONFIGS
+
+    def nan_average(inputs, **_):
+        return Merged({k: torch.full_like(v, float("nan")) for k, v in inputs.states[0].items()})
+
+    monkeypatch.setitem(MERGE_METHODS._entries, "nan_average", nan_average)
+    store = StudyStore(tiny_run[1])
+    width = store.plan()[0]["coordinates"][WIDTH]
+    runs = [
+        store.run_dir(j)
+        for j in store.plan()
+        if j["stage"] == "train" and j["coordinates"][WIDTH] == width
+    ]
+    with caplog.at_level("INFO"):
+        main(
+            [
+                "validate",
+                "-c",
+                str(CONFIGS / "studies" / "teacher_student_merge.yaml"),
+                f"--model.init_args.checkpoints=[{runs[0]}, {runs[1]}]",
+                "--model.init_args.methods=[naive, nan_average]",
+                f"--{WIDTH}={width}",
+                f"--trainer.default_root_dir={tmp_path}",
+                *TINY_DATA,
+            ]
+        )
+    assert "note: nan_average n=2: the merged model has non-finite weights" in caplog.text
+    assert "note: naive" not in caplog.text
