@@ -26,7 +26,15 @@ from torch import Tensor
 from torchvision import datasets
 
 from lmc.data.base import BaseDataModule, seeded_generator
-from lmc.data.formats import CifarSpec, load_cifar, load_mnist, prepare_cifar, prepare_mnist
+from lmc.data.formats import (
+    CifarSpec,
+    cifar_source,
+    load_cifar,
+    load_mnist,
+    mnist_raw_dir,
+    prepare_cifar,
+    prepare_mnist,
+)
 from lmc.data.memory import BatchAugment, InMemoryImageDataset
 
 DATA_DIR_ENV = "LMC_DATA_DIR"
@@ -158,6 +166,14 @@ class VisionDataModule(BaseDataModule):
         """Make the on-disk dataset fast to read (decompress/extract); fails fast if missing."""
         self._prepare()
 
+    def check_files(self) -> None:
+        """That the dataset's files are where this module reads them, without reading them (a
+        study checks this when it plans).
+
+        Raises:
+            DatasetNotFoundError: naming the folder searched and the files expected there.
+        """
+
     def _dataset(
         self, images: Tensor, labels: Tensor, indices: Tensor | None = None, augment: bool = False
     ) -> InMemoryImageDataset:
@@ -186,6 +202,9 @@ class _MNISTFormat(VisionDataModule):
 
     def _prepare(self) -> None:
         prepare_mnist(self.data_dir, self.dataset_name, self.verify_checksums)
+
+    def check_files(self) -> None:
+        mnist_raw_dir(self.data_dir, self.dataset_name)
 
     def _load(self, split: str) -> tuple[Tensor, Tensor]:
         return load_mnist(self.data_dir, self.dataset_name, split)
@@ -228,6 +247,9 @@ class _CIFARFormat(VisionDataModule):
 
     def _prepare(self) -> None:
         prepare_cifar(self.data_dir, self.spec, self.verify_checksums)
+
+    def check_files(self) -> None:
+        cifar_source(self.data_dir, self.spec)
 
     def _load(self, split: str) -> tuple[Tensor, Tensor]:
         return load_cifar(self.data_dir, self.spec, split)

@@ -90,6 +90,36 @@ def _known_spec(init: Mapping[str, Any]) -> Any:
         return None
 
 
+def check_data(config: Mapping[str, Any], where: str) -> None:
+    """That a job's data module finds its dataset's files (where it has ``check_files``:
+    MNIST, Fashion-MNIST, CIFAR read from ``data_dir`` or ``$LMC_DATA_DIR``): a wrong folder
+    is refused when the study is planned instead of failing every job.
+
+    Raises:
+        StudyError: the data module's message (the folder searched, the files expected).
+    """
+    import importlib
+
+    from lmc.data.formats import DatasetNotFoundError
+
+    data = config.get("data")
+    path = data.get("class_path") if isinstance(data, Mapping) else None
+    args = dict(data.get("init_args") or {}) if isinstance(data, Mapping) else {}
+    if not isinstance(path, str) or any(isinstance(v, Mapping) for v in args.values()):
+        return
+    try:
+        module, _, name = path.rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+        check = getattr(cls, "check_files", None)
+        if check is None:
+            return
+        check(cls(**args))
+    except DatasetNotFoundError as err:
+        raise StudyError(f"{where}: {str(err).splitlines()[0]} ({str(err).splitlines()[-1]})")
+    except Exception:  # noqa: BLE001 - other problems: the job's own error says them
+        return
+
+
 def _net_class(resolved: Mapping[str, Any]) -> str | None:
     model = resolved.get("model")
     init = model.get("init_args") if isinstance(model, Mapping) else None
@@ -230,6 +260,7 @@ def check_job_configs(
             coordinates (seeds left out), then the parser's or the check's message.
     """
     errors: list[str] = []
+    missing_data: list[str] = []
     seen: set[tuple[Any, ...]] = set()
     produced: dict[str, set[str] | None] = {}
     for job in jobs:
@@ -244,6 +275,10 @@ def check_job_configs(
         try:
             config = resolve_config(args)
             check_names(config, where)
+            try:
+                check_data(config, where)
+            except StudyError as err:
+                missing_data.append(str(err))
             if job.stage in resolved and job.stage != TRAIN_STAGE:  # an evaluate stage
                 _check_same_net(resolved["train"], config, where)
             names = produced_metrics(config, len(job.inputs) or None)
@@ -257,6 +292,11 @@ def check_job_configs(
             f"{len(errors)} planned job configuration(s) do not hold together (each grid value "
             "parsed on its own; give values that go together, or split the grid):\n  "
             + "\n  ".join(errors)
+        )
+    if missing_data:
+        raise StudyError(
+            f"{len(missing_data)} planned job configuration(s) would not find their dataset:\n  "
+            + "\n  ".join(dict.fromkeys(missing_data))
         )
     return produced
 

@@ -544,3 +544,17 @@ def test_a_folder_given_as_the_study_file_is_named_as_a_folder(tiny_run, tmp_pat
     _, out = tiny_run
     with pytest.raises(StudyError, match=r"is a folder: give the study file .*study\.yaml"):
         run_study(out, tmp_path / "new", runner=lambda a: None, log=lambda _: None)
+
+
+def test_a_dataset_the_jobs_cannot_find_is_refused_when_planned(tmp_path):
+    """Issue 46: a wrong LMC_DATA_DIR passed `plan` and failed every job."""
+    study = tiny_study(
+        config=[str(CONFIGS / "mnist" / "mlp.yaml"), str(CONFIGS / "loggers" / "csv.yaml")],
+        grid={"seed_everything": [0, 1]},
+        args=[f"--data.init_args.data_dir={tmp_path / 'nowhere'}"],
+        evaluate=[],
+    )
+    path = write_study(tmp_path, study)
+    with pytest.raises(StudyError, match=r"stage 'train' job \{\}: MNIST not found: missing .*"):
+        run_study(path, tmp_path / "out", runner=lambda a: None, log=lambda _: None)
+    assert not (tmp_path / "out").exists()
