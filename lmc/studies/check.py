@@ -115,7 +115,8 @@ def check_data(config: Mapping[str, Any], where: str) -> None:
             return
         check(cls(**args))
     except DatasetNotFoundError as err:
-        raise StudyError(f"{where}: {str(err).splitlines()[0]} ({str(err).splitlines()[-1]})")
+        lines = str(err).splitlines()
+        raise StudyError(f"{where}: {lines[0]} ({lines[-1]})") from None
     except Exception:  # noqa: BLE001 - other problems: the job's own error says them
         return
 
