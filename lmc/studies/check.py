@@ -238,13 +238,17 @@ def _check_grid(
 
 
 NUM_MODELS_KEY = "model.init_args.num_models"
+#: how often a large plan's checks say how far they are
+PROGRESS_SECONDS = 10.0
 #: the one option a job's seed sets; it changes no other option, so configs differing only in
 #: it parse alike
 SEED_ARG = f"--{SEED_KEY}="
 
 
 def check_job_configs(
-    jobs: Sequence[Any], resolved: Mapping[str, Mapping[str, Any]]
+    jobs: Sequence[Any],
+    resolved: Mapping[str, Mapping[str, Any]],
+    progress: Any = None,
 ) -> dict[str, set[str] | None]:
     """Each planned job's own configuration (its stage's configs and args with its grid point,
     as the job will run it, less the folders it is given at run time) parsed by the CLI's
@@ -255,6 +259,7 @@ def check_job_configs(
 
     Returns, per stage, the metrics its jobs will report (:func:`produced_metrics` of each
     job's own configuration, together), or ``None`` where a job's task does not say.
+    ``progress``: gets a line every :data:`PROGRESS_SECONDS` (jobs checked so far, of all).
 
     Raises:
         StudyError: one line per failing configuration, naming the stage and the job's
@@ -264,7 +269,13 @@ def check_job_configs(
     missing_data: list[str] = []
     seen: set[tuple[Any, ...]] = set()
     produced: dict[str, set[str] | None] = {}
-    for job in jobs:
+    import time
+
+    shown = time.monotonic()
+    for done, job in enumerate(jobs):
+        if progress is not None and time.monotonic() - shown >= PROGRESS_SECONDS:
+            shown = time.monotonic()
+            progress(f"checked {done}/{len(jobs)} jobs ({len(seen)} distinct configurations)")
         if job.command == MEMBER:
             continue  # a population member: its leader's configuration is the one that runs
         args = tuple(a for a in job.args if not a.startswith(SEED_ARG))  # the command first

@@ -26,6 +26,8 @@ from lmc.studies.schema import Study
 from lmc.studies.store import StudyStore
 
 POLL_SECONDS = 0.05
+#: a plan this large is announced, and its checks show their progress
+LARGE_PLAN = 10_000
 
 
 @dataclass
@@ -65,8 +67,14 @@ def checked_plan(
     if line and log is not None:
         log(line)
     jobs = plan(study, resolved)
+    if len(jobs) > LARGE_PLAN and log is not None:
+        log(
+            f"note: the study plans {len(jobs)} jobs; each distinct job configuration is parsed "
+            "and checked before any runs, which takes a while (progress below). A smaller grid, "
+            "or shards (--shard I/N), if this is more than you meant"
+        )
     check_jobs(jobs, resolved)
-    produced = check_job_configs(jobs, resolved)
+    produced = check_job_configs(jobs, resolved, log if len(jobs) > LARGE_PLAN else None)
     if study.claims:  # against what each stage's jobs will report
         check_claim_metrics(study.claims, produced)
     return jobs

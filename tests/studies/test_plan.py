@@ -558,3 +558,16 @@ def test_a_dataset_the_jobs_cannot_find_is_refused_when_planned(tmp_path):
     with pytest.raises(StudyError, match=r"stage 'train' job \{\}: MNIST not found: missing .*"):
         run_study(path, tmp_path / "out", runner=lambda a: None, log=lambda _: None)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_large_plan_is_announced_and_its_checks_show_progress(tmp_path, monkeypatch):
+    """Issue 46: a 198,000-job grid planned silently for 5 minutes."""
+    import lmc.studies.check as check
+    import lmc.studies.run as run
+
+    monkeypatch.setattr(run, "LARGE_PLAN", 3)
+    monkeypatch.setattr(check, "PROGRESS_SECONDS", 0.0)
+    lines: list[str] = []
+    load_and_plan(write_study(tmp_path, tiny_study()), log=lines.append)
+    assert any(line.startswith("note: the study plans 6 jobs") for line in lines), lines
+    assert any(line.startswith("checked 1/6 jobs") for line in lines), lines
