@@ -90,7 +90,26 @@ def _known_spec(init: Mapping[str, Any]) -> Any:
         return None
 
 
-def check_data(config: Mapping[str, Any], where: str) -> None:
+def _check_can_run(config: Mapping[str, Any], where: str, job: Any, runs_here: bool) -> None:
+    """A population leader's trainer options and a captured step's needs, as the run would
+    refuse them when it starts."""
+    import torch
+
+    from lmc.tasks.capture import planned_capture_problems
+
+    if job.members:
+        from lmc.population.checks import check_trainer
+
+        try:
+            check_trainer(config.get("trainer") or {}, config)
+        except ValueError as err:
+            raise StudyError(str(err)) from None
+    problems = planned_capture_problems(config, torch.cuda.is_available() if runs_here else None)
+    if problems:
+        raise StudyError("; ".join(problems))
+
+
+def check_data(config: Mapping[str, Any], where: str, *_: Any) -> None:
     """That a job's data module finds its dataset's files (where it has ``check_files``:
     MNIST, Fashion-MNIST, CIFAR read from ``data_dir`` or ``$LMC_DATA_DIR``): a wrong folder
     is refused when the study is planned instead of failing every job.
@@ -249,6 +268,7 @@ def check_job_configs(
     jobs: Sequence[Any],
     resolved: Mapping[str, Mapping[str, Any]],
     progress: Any = None,
+    runs_here: bool = True,
 ) -> dict[str, set[str] | None]:
     """Each planned job's own configuration (its stage's configs and args with its grid point,
     as the job will run it, less the folders it is given at run time) parsed by the CLI's
@@ -260,6 +280,12 @@ def check_job_configs(
     Returns, per stage, the metrics its jobs will report (:func:`produced_metrics` of each
     job's own configuration, together), or ``None`` where a job's task does not say.
     ``progress``: gets a line every :data:`PROGRESS_SECONDS` (jobs checked so far, of all).
+    ``runs_here``: the jobs train on this machine (its devices decide what can run), not on
+    a cluster's.
+
+    Also checked: a population leader's trainer options (:func:`lmc.population.checks.
+    check_trainer`) and what keeps a captured step from running
+    (:func:`lmc.tasks.capture.planned_capture_problems`).
 
     Raises:
         StudyError: one line per failing configuration, naming the stage and the job's
@@ -267,6 +293,7 @@ def check_job_configs(
     """
     errors: list[str] = []
     missing_data: list[str] = []
+    cannot_run: list[str] = []
     seen: set[tuple[Any, ...]] = set()
     produced: dict[str, set[str] | None] = {}
     import time
@@ -287,12 +314,14 @@ def check_job_configs(
         try:
             config = resolve_config(args)
             check_names(config, where)
-            try:
-                check_data(config, where)
-            except StudyError as err:
-                missing_data.append(str(err))
             if job.stage in resolved and job.stage != TRAIN_STAGE:  # an evaluate stage
                 _check_same_net(resolved["train"], config, where)
+            for check, found in ((check_data, missing_data), (_check_can_run, cannot_run)):
+                try:
+                    check(config, where, job, runs_here)
+                except StudyError as err:
+                    text = str(err)
+                    found.append(text if text.startswith(where) else f"{where}: {text}")
             names = produced_metrics(config, len(job.inputs) or None)
             known = produced.get(job.stage, set())
             produced[job.stage] = None if names is None or known is None else known | names
@@ -305,11 +334,15 @@ def check_job_configs(
             "parsed on its own; give values that go together, or split the grid):\n  "
             + "\n  ".join(errors)
         )
-    if missing_data:
-        raise StudyError(
-            f"{len(missing_data)} planned job configuration(s) would not find their dataset:\n  "
-            + "\n  ".join(dict.fromkeys(missing_data))
-        )
+    for found, what in (
+        (missing_data, "would not find their dataset"),
+        (cannot_run, "cannot run as planned"),
+    ):
+        if found:
+            raise StudyError(
+                f"{len(found)} planned job configuration(s) {what}:\n  "
+                + "\n  ".join(dict.fromkeys(found))
+            )
     return produced
 
 

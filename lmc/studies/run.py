@@ -55,11 +55,13 @@ def checked_plan(
     study: Study,
     previous: list[dict[str, Any]] | None = None,
     log: Callable[[str], None] | None = None,
+    runs_here: bool = True,
 ) -> list[Job]:
     """The study's jobs, after every check that needs no job to run (:func:`check_study` on
     the configs, :func:`lmc.studies.check.check_jobs` and
     :func:`lmc.studies.check.check_job_configs` on the planned jobs, the claims' metrics
-    against what each stage's jobs will report); ``train.population:
+    against what each stage's jobs will report; ``runs_here``: the jobs run on this machine,
+    whose devices then decide what can run); ``train.population:
     auto`` is decided here (``previous``: the plan already in the study's folder), and ``log``
     gets the line that says how."""
     resolved = check_study(study)
@@ -74,7 +76,9 @@ def checked_plan(
             "or shards (--shard I/N), if this is more than you meant"
         )
     check_jobs(jobs, resolved)
-    produced = check_job_configs(jobs, resolved, log if len(jobs) > LARGE_PLAN else None)
+    produced = check_job_configs(
+        jobs, resolved, log if len(jobs) > LARGE_PLAN else None, runs_here=runs_here
+    )
     if study.claims:  # against what each stage's jobs will report
         check_claim_metrics(study.claims, produced)
     return jobs
@@ -178,7 +182,9 @@ def run_study(
             # the workers warm up while the study is checked against its configs
             pool = make_executor(executor, workers, store.root, study.executor.submitit, runner)
             try:
-                jobs = checked_plan(study, store.previous_plan(study), log)
+                jobs = checked_plan(
+                    study, store.previous_plan(study), log, runs_here=executor == "local"
+                )
                 selected, left = shard(jobs, *shard_of) if shard_of else (jobs, [])
                 summary.left_to_merge = [j.id for j in left]
                 store.init(study, jobs, force=force)

@@ -65,6 +65,39 @@ def capture_problems(task: Any, trainer: Any) -> list[str]:
     return problems
 
 
+def planned_capture_problems(config: Any, cuda_here: bool | None) -> list[str]:
+    """What keeps a run of the resolved ``config`` (``capture_step`` set) from capturing its
+    step, known before it starts: no CUDA device where it runs (``cuda_here``: whether this
+    machine has one and the run trains here; ``None``: it trains elsewhere, e.g. SLURM), a
+    precision other than 32/64-bit, an lr_scheduler. A study checks these when it plans; the
+    task checks all of :func:`capture_problems` when it starts."""
+    init = (config.get("model") or {}).get("init_args") or {}
+    if not init.get("capture_step"):
+        return []
+    trainer = config.get("trainer") or {}
+    problems = []
+    accelerator = str(trainer.get("accelerator") or "auto").lower()
+    if accelerator == "cpu" or (cuda_here is False and accelerator in ("auto", "gpu", "cuda")):
+        problems.append(
+            f"capture_step needs a CUDA device (trainer.accelerator={accelerator}"
+            f"{', and this machine, where the jobs run, has none' if cuda_here is False else ''}"
+            "): drop the capture overlay, or run on a GPU (with --executor submitit the jobs' "
+            "own machines decide)"
+        )
+    precision = str(trainer.get("precision") or "32-true")
+    if precision not in ("32-true", "32", "64-true", "64"):
+        problems.append(
+            f"capture_step replays 32-bit steps (precision {precision!r}): drop the precision "
+            "overlay or capture_step"
+        )
+    if init.get("lr_scheduler"):
+        problems.append(
+            "capture_step fixes the learning rate when it records the optimizer step, so an "
+            "lr_scheduler would not act: drop lr_scheduler or capture_step"
+        )
+    return problems
+
+
 class CapturedStep:
     """The training step of a :class:`~lmc.tasks.classification.TrainTask`, replayed.
 

@@ -251,6 +251,21 @@ BAD = {
         ),
         "zip_until='fc9' names no group; groups in order: ",
     ),
+    "a population with limit_train_batches": (  # issue 46: passed plan, failed every job
+        _with_train(
+            population=True,
+            args=[*tiny_study()["train"]["args"], "--trainer.limit_train_batches=2"],
+        ),
+        "cannot run as planned:\n  stage 'train' job {\"model.init_args.net.init_args.width\": 4}: "
+        "--population trains every member exactly",
+    ),
+    "the capture overlay on the CPU": (  # issue 46: passed plan, failed every job
+        _with_train(
+            config=[*tiny_study()["train"]["config"], str(CONFIGS / "speed" / "capture.yaml")],
+            args=[*tiny_study()["train"]["args"], "--trainer.accelerator=cpu"],
+        ),
+        "capture_step needs a CUDA device (trainer.accelerator=cpu",
+    ),
     "an empty list of merge methods": (  # issue 46: ran three methods, the config said []
         tiny_study(evaluate=[merge_stage("--model.init_args.methods=[]")]),
         "model.init_args.methods is empty: name at least one merge method, or leave it out",
