@@ -147,6 +147,21 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def is_temporary(path: Path) -> bool:
+    """A file :func:`atomic_path` writes before renaming it (``.<name>.<random>.tmp<suffix>``):
+    a whole file only once renamed; one left over was a write a kill interrupted."""
+    return path.name.startswith(".") and ".tmp" in path.name
+
+
+def remove_orphans(folder: str | Path) -> list[Path]:
+    """Remove the temporary files a killed write left in ``folder`` (:func:`is_temporary`);
+    call it only where nothing writes now (a run about to resume). Returns what it removed."""
+    gone = [p for p in Path(folder).glob(".*.tmp*") if p.is_file() and is_temporary(p)]
+    for p in gone:
+        p.unlink(missing_ok=True)
+    return gone
+
+
 #: free bytes below which a failed write is put down to a full disk (torch.save's own error
 #: on a full disk does not say so)
 FULL_DISK_BYTES = 1 << 20
@@ -225,7 +240,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if path.is_file() or not path.is_dir():
         return path  # load_checkpoint reports a missing file
     folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-    found = sorted(folder.glob("*.ckpt"))
+    found = sorted(p for p in folder.glob("*.ckpt") if not is_temporary(p))
     runs = sorted(p.parent.parent for p in path.glob("*/*/checkpoints/*.ckpt"))
     if not found and runs:  # a root (--trainer.default_root_dir) holding runs
         runs = list(dict.fromkeys(runs))

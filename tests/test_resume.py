@@ -199,7 +199,11 @@ def test_a_resumed_csv_run_keeps_every_row_and_resumes_the_newest_weights(
     [crashed] = run_dirs(tmp_path / "crashed")
     logged = (crashed / "metrics.csv").read_text().splitlines()
     assert any(row.startswith("1,") for row in logged[1:])  # epoch-1 rows, dropped on resume
+    orphan = crashed / "checkpoints" / ".last.ckpt.x1y2.tmp.ckpt"  # a write SIGKILL cut short
+    orphan.write_bytes(b"PK\x03\x04 half a checkpoint")
+    assert resolve_checkpoint(crashed) == crashed / "checkpoints" / "last.ckpt"  # not read
     _fit(data, tmp_path / "crashed", *CSV, "--ckpt_path=last")  # the same root, absolute
+    assert not orphan.exists()  # removed by the resume
     assert run_dirs(tmp_path / "crashed") == [crashed]
     assert (crashed / "metrics.csv").read_text() == (straight / "metrics.csv").read_text()
     names = sorted(p.name for p in (crashed / "checkpoints").glob("*.ckpt"))

@@ -23,7 +23,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from lmc.io import atomic_write, load_checkpoint, spawn_point
+from lmc.io import atomic_write, load_checkpoint, remove_orphans, spawn_point
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -272,6 +272,7 @@ def continue_run(cfg: Any, run: Path) -> Path:
         FileNotFoundError: the run has no ``last.ckpt``.
     """
     last = run / "checkpoints" / "last.ckpt"
+    remove_orphans(last.parent)  # a checkpoint write the kill interrupted
     if not last.is_file():
         raise FileNotFoundError(
             f"--ckpt_path: {run} has no checkpoints/last.ckpt to resume from (runs save it at "

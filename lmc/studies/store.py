@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from lmc.io import atomic_write
+from lmc.io import atomic_write, is_temporary
 from lmc.studies.plan import Job
 from lmc.studies.schema import Study, StudyError
 
@@ -237,7 +237,7 @@ class StudyStore:
             run = self.run_dir(job)
         except StudyError as err:
             return str(err)
-        ckpts = sorted((run / "checkpoints").glob("*.ckpt"))
+        ckpts = sorted(p for p in (run / "checkpoints").glob("*.ckpt") if not is_temporary(p))
         files = [self.job_dir(job) / JOB_FILE, run / "summary.json", *ckpts]
         signature = tuple(
             (str(f), st.st_size, st.st_mtime_ns) for f in files if (st := _stat(f)) is not None
