@@ -7,11 +7,53 @@ signature. Adding a method is one new function plus ``@REGISTRY.register("name")
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 F = TypeVar("F", bound=Callable)
+
+#: modules the ``lmc`` command imports first, comma-separated: your registrations
+PLUGINS_ENV = "LMC_PLUGINS"
+#: the entry-point group of installed packages' registrations
+PLUGINS_GROUP = "lmc.plugins"
+_HOW = (
+    f"register your own in a module named in ${PLUGINS_ENV} (or a package's {PLUGINS_GROUP!r} "
+    "entry point), which the lmc command imports first"
+)
+_loaded: set[str] = set()
+
+
+def load_plugins() -> list[str]:
+    """Import the modules that register user code (matchers, merge methods): those named in
+    ``$LMC_PLUGINS`` (comma-separated, e.g. ``LMC_PLUGINS=mylab.merges``) and the
+    ``lmc.plugins`` entry points of installed packages. The ``lmc`` command (and every study
+    job, in-process, in a worker or on a cluster) calls it before reading a config, so a name
+    registered there is accepted everywhere a built-in one is. Each module is imported once.
+
+    Returns:
+        The modules imported by this call.
+
+    Raises:
+        ImportError: a module that does not import, naming where it was listed.
+    """
+    from importlib.metadata import entry_points
+
+    named = [(m.strip(), f"${PLUGINS_ENV}") for m in os.environ.get(PLUGINS_ENV, "").split(",")]
+    named += [(ep.value, f"entry point {ep.name!r}") for ep in entry_points(group=PLUGINS_GROUP)]
+    done = []
+    for module, where in named:
+        if not module or module in _loaded:
+            continue
+        try:
+            importlib.import_module(module.split(":")[0])
+        except ImportError as err:
+            raise ImportError(f"{where}: cannot import {module!r}: {err}") from err
+        _loaded.add(module)
+        done.append(module)
+    return done
 
 
 class Registry(Generic[F]):
@@ -47,14 +89,15 @@ class Registry(Generic[F]):
             return self._entries[name]
         except KeyError:
             raise ValueError(
-                f"unknown {self.kind} {name!r}; registered: {', '.join(self.names())}"
+                f"unknown {self.kind} {name!r}; registered: {', '.join(self.names())} ({_HOW})"
             ) from None
 
     def check(self, name: str, field: str) -> str:
         """``name`` if registered, else a ``ValueError`` naming the config ``field``."""
         if name not in self._entries:
             raise ValueError(
-                f"{field}: unknown {self.kind} {name!r}; choose one of {', '.join(self.names())}"
+                f"{field}: unknown {self.kind} {name!r}; choose one of {', '.join(self.names())} "
+                f"({_HOW})"
             )
         return name
 

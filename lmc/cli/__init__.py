@@ -14,7 +14,16 @@ from typing import Any
 
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``lmc`` console script; ``args`` lets tests call it in-process."""
+    from lmc.registry import load_plugins
+
     argv = sys.argv[1:] if args is None else list(args)
+    try:
+        load_plugins()  # the user's registered matchers and merge methods ($LMC_PLUGINS)
+    except ImportError as err:
+        if args is not None:
+            raise
+        sys.stderr.write(f"lmc: error: {err}\n")
+        raise SystemExit(1) from None
     if argv[:1] == ["study"]:  # lmc study plan|run|status|report|claims
         from lmc.cli.study import study_main
 

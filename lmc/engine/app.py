@@ -389,9 +389,12 @@ def main(args: list[str] | None = None) -> None:
     From the console, an error that stops the run is printed as its one relevant line
     (``LMC_DEBUG=1`` shows the full traceback); in-process callers get the exception.
     """
+    from lmc.registry import load_plugins
+
     quiet_third_party()
     exit_code = 1
     try:
+        load_plugins()  # a study job's process: the user's registrations ($LMC_PLUGINS)
         build_cli(args)
         exit_code = 0
     except Exception as err:

@@ -315,3 +315,30 @@ def test_a_merge_that_diverged_is_noted(tiny_run, tmp_path, monkeypatch, caplog)
         )
     assert "note: nan_average n=2: the merged model has non-finite weights" in caplog.text
     assert "note: naive" not in caplog.text
+
+
+def test_a_merge_method_registered_in_user_code_runs_from_the_lmc_command(tmp_path, monkeypatch):
+    """Issue 46: a user-registered merge method could not be named from `lmc` (the CLI never
+    imported the user's module). $LMC_PLUGINS names it; plan and the jobs accept it."""
+    from lmc.merging import MERGE_METHODS
+
+    (tmp_path / "mylab_merges.py").write_text(
+        "from lmc.merging import MERGE_METHODS, Merged\n\n\n"
+        '@MERGE_METHODS.register("first_model")\n'
+        "def first_model(inputs, *, scale: float = 1.0):\n"
+        "    return Merged({k: v * scale for k, v in inputs.states[0].items()})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("LMC_PLUGINS", "mylab_merges")
+    monkeypatch.setattr(MERGE_METHODS, "_entries", dict(MERGE_METHODS._entries))
+    study = tiny_study(
+        grid={WIDTH: [4], "seed_everything": [0, 1]},
+        evaluate=[merge_stage("--model.init_args.methods=[naive, first_model]", *TINY_DATA)],
+    )
+    path = write_study(tmp_path, study)
+    main(["study", "run", str(path), "--dir", str(tmp_path / "out"), "--no-report"])
+    table = results(tmp_path / "out")
+    assert table.metric.str.startswith("first_model/n2/").any()
+    monkeypatch.setenv("LMC_PLUGINS", "mylab_merges_missing")
+    with pytest.raises(ImportError, match=r"\$LMC_PLUGINS: cannot import 'mylab_merges_missing'"):
+        main(["study", "plan", str(path)])
