@@ -238,9 +238,16 @@ def _selection_keys(
     for key in zipped:
         bare = key[len(PARENT_PREFIX) :] if key.startswith(PARENT_PREFIX) else key
         if any(bare == p or bare.startswith(p + ".") for p in ARCHITECTURE_PREFIXES):
+            fix = (
+                "Put it in `over` and vary a seed instead"
+                if key == vary
+                else f"It is zipped with {vary!r} (the zip of {source.name!r}), so it varies "
+                f"with it{' even though it is in `over`' if key in over else ''}: take it out "
+                f"of that zip, or vary a key not zipped with it"
+            )
             raise StudyError(
                 f"{where} selects models that differ in {key!r}, a key of the network: their "
-                "weights cannot be aligned or merged. Put it in `over` and vary a seed instead"
+                f"weights cannot be aligned or merged. {fix}"
             )
     if len(source.keys[vary]) < 2:
         raise StudyError(f"{where}: {vary!r} has one value, so there is nothing to select")

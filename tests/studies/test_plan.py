@@ -331,6 +331,12 @@ BAD = {
         _bad_pairs(over=["seed_everything"], vary=WIDTH, reference=4),
         f"selects models that differ in {WIDTH!r}, a key of the network",
     ),
+    "pair of architectures zipped with the seed": (  # issue 46: said "put it in over"
+        tiny_study(zip=[[WIDTH, "seed_everything"]]),
+        f"differ in {WIDTH!r}, a key of the network: their weights cannot be aligned or merged. "
+        "It is zipped with 'seed_everything' (the zip of 'train'), so it varies with it even "
+        "though it is in `over`",
+    ),
     "unknown evaluate command": (
         tiny_study(evaluate=[{**tiny_study()["evaluate"][0], "command": "test"}]),
         "command 'test': valid commands: validate, fit",
