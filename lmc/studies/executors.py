@@ -152,7 +152,16 @@ class LocalPool:
             context.set_forkserver_preload(["lmc.engine.app"])
             from multiprocessing import forkserver
 
-            forkserver.ensure_running()
+            # the fork server (and the workers it forks) ignore Ctrl-C: a Ctrl-C while it imports
+            # lmc printed its traceback under the study's line; the study stops the workers, and a
+            # job notes the interrupt itself (lmc.studies.execute.noting_interrupts)
+            main = threading.current_thread() is threading.main_thread()
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+            try:
+                forkserver.ensure_running()
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGINT, previous)
         else:  # pragma: no cover - Windows: spawn, each worker imports lmc once
             context = mp.get_context("spawn")
         self.capacity = workers

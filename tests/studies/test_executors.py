@@ -375,3 +375,44 @@ def test_an_interrupt_stops_the_study_in_every_executor_and_the_job_is_recorded(
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_ctrl_c_while_the_study_is_checked_prints_one_line(tmp_path):
+    """Issue 46: Ctrl-C (SIGINT to the whole process group, as a terminal sends it) while the
+    study was being checked and its fork server importing lmc printed the fork server's
+    traceback under the study's line."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = write_study(tmp_path, tiny_study(evaluate=[]))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "lmc", "study", "run", str(path), "--dir", str(out)]
+    proc = subprocess.Popen(
+        [*cmd, "--workers", "2"],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any(
+            "forkserver" in Path(f"/proc/{p}/cmdline").read_text() for p in _children(proc.pid)
+        ):
+            assert proc.poll() is None and time.monotonic() < deadline, "no fork server started"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        time.sleep(1)  # anything the fork server would print, printed by now
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+            "lmc study: interrupted;"
+        ), err
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
