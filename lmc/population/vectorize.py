@@ -192,14 +192,21 @@ def check_fits(
     if estimate > limit:
         gib = 2**30
         fits = limit // max(per_member, 1)
+        # the parameters alone bound the population from above only: no number of members to
+        # split into that the full estimate (activations too) would then refuse again
+        fit = (
+            f"at most {fits} member(s) fit; split --population into runs of at most "
+            f"{max(fits, 1)} seeds"
+            if with_activations
+            else f"fewer than {fits + 1} member(s) fit (activations, counted once the first "
+            "member is built, lower that further); split --population into smaller runs"
+        )
         raise MemoryError(
             f"a population of {members} members needs "
             f"{'about' if with_activations else 'at least'} {estimate / gib:.2f} GiB "
             f"(parameters x members x (network + stacked copy + gradient + optimizer slots) x 4 "
             f"bytes{' + activations' if with_activations else ''}) but {device} has "
-            f"{limit / gib:.2f} GiB free: at most {fits} "
-            f"member(s) fit; split --population into runs of at most {max(fits, 1)} seeds or use "
-            "a larger device"
+            f"{limit / gib:.2f} GiB free: {fit} or use a larger device"
         )
 
 
