@@ -75,19 +75,25 @@ def offline_segments(save_dir: str | Path, run_id: str) -> list[Path]:
     return sorted((Path(save_dir) / "wandb").glob(f"offline-run-*-{run_id}"))
 
 
-def _segment_rows(folder: Path) -> list[dict[str, Any]]:
-    """The history rows of one offline W&B run folder, read by ``wandb leet inspect``."""
+def inspect_offline(folder: str | Path, *flags: str) -> str:
+    """``wandb leet inspect --json [flags] <folder>``: an offline W&B run's records (one JSON
+    object a line; ``--summary``: its state, config and latest metrics as one object), read
+    without a login or a network."""
     exe = shutil.which("wandb", path=str(Path(sys.executable).parent)) or "wandb"
-    out = subprocess.run(
-        [exe, "leet", "inspect", "--json", str(folder)],
+    return subprocess.run(
+        [exe, "leet", "inspect", *flags, "--json", str(folder)],
         check=True,
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
         timeout=300,
     ).stdout
+
+
+def _segment_rows(folder: Path) -> list[dict[str, Any]]:
+    """The history rows of one offline W&B run folder."""
     rows = []
-    for line in out.splitlines():
+    for line in inspect_offline(folder).splitlines():
         record = json.loads(line) if line.strip() else {}
         if record.get("type") == "history":
             rows.append(record["history"]["item"])

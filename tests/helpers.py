@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +38,9 @@ def wandb_run_dirs(root: Path) -> list[Path]:
 
 
 def _leet_inspect(run: Path, *flags: str) -> str:
-    exe = shutil.which("wandb", path=str(Path(sys.executable).parent)) or "wandb"
-    return subprocess.run(
-        [exe, "leet", "inspect", *flags, "--json", str(run)],
-        check=True,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    ).stdout
+    from lmc.loggers import inspect_offline
+
+    return inspect_offline(run, *flags)
 
 
 def read_wandb_summary(run: Path) -> dict[str, Any]:

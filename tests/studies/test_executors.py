@@ -225,6 +225,24 @@ def _gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
+def _kill_group(proc: Any) -> None:
+    """SIGKILL to a study's process group (the study, its fork server, workers), if left."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _says_interrupted(proc: Any, err: str, path: Path, out: Path) -> None:
+    """The study ended as an interrupt: exit 130, last a line saying how to go on, no traceback."""
+    assert proc.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("lmc study: interrupted;") and "Traceback" not in err, err
+    assert f"lmc study run {path} --dir {out}" in lines[-1]
+
+
 def _start_two_workers(tmp_path: Path, **popen: Any) -> tuple[Any, Path, Path, list[int]]:
     """`lmc study run --workers 2` of a tiny study whose jobs never end, in its own session,
     once both workers run a job: (process, study file, study folder, worker pids)."""
@@ -301,20 +319,13 @@ def test_an_interrupted_study_stops_its_workers_and_says_how_to_go_on(sig, tmp_p
         _, err = proc.communicate(timeout=30)
         assert time.monotonic() - t0 < 10
         assert all(_gone(w) for w in workers), "workers outlived the interrupt"
-        assert proc.returncode == 130
-        lines = err.strip().splitlines()
-        assert lines[-1].startswith("lmc study: interrupted;"), err
-        assert f"lmc study run {path} --dir {out}" in lines[-1]
-        assert "Traceback" not in err
+        _says_interrupted(proc, err, path, out)
         # nothing finished after: the jobs that ran are recorded as interrupted (issue 46)
         records = [json.loads(p.read_text()) for p in out.glob("jobs/train/*/job.json")]
         assert {r["status"] for r in records} <= {"interrupted"}
         assert not (out / ".lock").exists() or StudyStore(out).holder() is None
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_group(proc)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
@@ -357,10 +368,7 @@ def test_an_interrupt_stops_the_study_in_every_executor_and_the_job_is_recorded(
         started = {p.parent.name for p in out.glob("jobs/train/*/job.log")}
         proc.send_signal(getattr(signal, sig))
         _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 130, err
-        lines = err.strip().splitlines()
-        assert lines[-1].startswith("lmc study: interrupted;") and "Traceback" not in err, err
-        assert f"lmc study run {path} --dir {out}" in lines[-1]
+        _says_interrupted(proc, err, path, out)
         assert {p.parent.name for p in out.glob("jobs/train/*/job.log")} == started
         records = [json.loads(p.read_text()) for p in out.glob("jobs/train/*/job.json")]
         assert records and {r["status"] for r in records} == {"interrupted"}, records
@@ -371,10 +379,7 @@ def test_an_interrupt_stops_the_study_in_every_executor_and_the_job_is_recorded(
         counts = status(out)["train"]
         assert counts["interrupted"] == len(started) and counts["done"] == 0
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_group(proc)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
@@ -407,12 +412,6 @@ def test_ctrl_c_while_the_study_is_checked_prints_one_line(tmp_path):
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
         time.sleep(1)  # anything the fork server would print, printed by now
-        assert proc.returncode == 130, err
-        assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
-            "lmc study: interrupted;"
-        ), err
+        _says_interrupted(proc, err, path, out)
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_group(proc)
