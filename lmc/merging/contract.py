@@ -194,6 +194,54 @@ def method_options(fn: MergeMethod) -> dict[str, inspect.Parameter]:
     }
 
 
+#: the ranges of the built-in methods' numeric options (``>=a``, ``>a``, ``[a,b]``, ``[a,b)``;
+#: ``None`` is always allowed where the option takes it): a count of 0 or an lr of -1 ran,
+#: and quietly turned a method into another (MergeMany with no rounds is the plain average)
+OPTION_RANGES: dict[str, dict[str, str]] = {
+    "mergemany": {"max_rounds": ">=1"},
+    "ccmm": {"max_iter": ">=1"},
+    "stemm": {"epochs": ">=1", "lr": ">0", "max_steps": ">=1"},
+    "sinkhorn": {
+        "epochs": ">=1",
+        "lr": ">0",
+        "tau_start": ">0",
+        "tau_end": ">0",
+        "sinkhorn_iters": ">=1",
+        "init_scale": ">=0",
+        "max_steps": ">=1",
+    },
+    "otfusion": {
+        "prune_rate": "[0,1)",
+        "prune_rounds": ">=1",
+        "finetune_epochs": ">=0",
+        "finetune_lr": ">0",
+    },
+    "fedma": {
+        "rounds": ">=1",
+        "epochs": ">=0",
+        "lr": ">0",
+        "momentum": "[0,1]",
+        "weight_decay": ">=0",
+        "sigma": ">0",
+        "sigma0": ">0",
+        "gamma": ">0",
+        "max_width": ">0",
+        "prune_rate": "[0,1)",
+    },
+    "zip": {"alpha": "[0,1]", "beta": "[0,1]"},
+}
+
+
+def _out_of_range(value: Any, rule: str) -> bool:
+    """Whether the number ``value`` breaks ``rule`` (see :data:`OPTION_RANGES`)."""
+    if rule.startswith(">="):
+        return value < float(rule[2:])
+    if rule.startswith(">"):
+        return value <= float(rule[1:])
+    low, high = (float(x) for x in rule[1:-1].split(","))
+    return value < low or value > high or (rule.endswith(")") and value == high)
+
+
 def check_methods(methods: Sequence[str] | None, field: str) -> None:
     """Merge method names as given in a config: registered ones, and not an empty list (which
     ran the default methods while the saved config said ``[]``).
@@ -246,7 +294,8 @@ def check_options(
     spec: PermutationSpec | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``method -> options`` for the ``methods`` run, each checked against its signature (the
-    names it takes, and values of the plain types it declares), then by the method's own
+    names it takes, values of the plain types it declares, the built-in methods' ranges in
+    :data:`OPTION_RANGES`), then by the method's own
     ``check_options(options, spec, field)`` where it has one (ranges; with ``spec``, the
     network's groups).
 
@@ -277,10 +326,20 @@ def check_options(
             hints = typing.get_type_hints(getattr(fn, "permutations", fn))
         except Exception:  # noqa: BLE001 - an annotation that does not resolve: not checked
             hints = {}
+        rules = OPTION_RANGES.get(name, {})
         for key, value in opts.items():
             why = _type_error(value, hints.get(key, inspect.Parameter.empty))
             if why:
                 raise ValueError(f"{field}.{name}.{key} {why}")
+            rule = rules.get(key)
+            if rule and isinstance(value, (int, float)) and _out_of_range(value, rule):
+                op = ">=" if rule.startswith(">=") else ">"
+                where = (
+                    f"lie in {rule.replace(',', ', ')}"
+                    if rule[0] == "["
+                    else f"be {op} {rule[len(op) :]}"
+                )
+                raise ValueError(f"{field}.{name}.{key} must {where}, got {value!r}")
         own = getattr(fn, "check_options", None)
         if own is not None:
             own(dict(opts), spec, f"{field}.{name}")

@@ -360,13 +360,9 @@ def permute_merge(inputs: MergeInputs) -> Merged:
 
 
 def _check_zip_options(options: dict[str, Any], spec: PermutationSpec | None, field: str) -> None:
-    """``alpha`` and ``beta`` in [0, 1] (ZipIt!'s fractions: the weight of a merged feature's
-    correlations, each model's budget of same-model merges) and ``zip_until`` one of the
-    network's groups or depths, when its spec is known; before any model is merged."""
-    for key in ("alpha", "beta"):
-        value = options.get(key)
-        if value is not None and not 0 <= value <= 1:
-            raise ValueError(f"{field}.{key} must lie in [0, 1], got {value!r}")
+    """``zip_until`` one of the network's groups or depths, when its spec is known; before any
+    model is merged (``alpha`` and ``beta``, ZipIt!'s fractions, are kept in [0, 1] by
+    :data:`lmc.merging.contract.OPTION_RANGES`)."""
     until = options.get("zip_until")
     if until is not None and spec is not None:
         try:

@@ -58,6 +58,7 @@ def check_names(resolved: Mapping[str, Any], where: str) -> None:
             v, init.get("methods") or list(v), f, _known_spec(init)
         ),
     }
+    _check_option_groups(model.get("class_path"), init, where)
     for key, check in checks.items():
         value = init.get(key)
         if value is None or (key in ("methods", "baselines") and not isinstance(value, list)):
@@ -66,6 +67,41 @@ def check_names(resolved: Mapping[str, Any], where: str) -> None:
             check(value, f"model.init_args.{key}")
         except ValueError as err:
             raise StudyError(f"{where}: {err}") from None
+
+
+def _check_option_groups(class_path: Any, init: Mapping[str, Any], where: str) -> None:
+    """Build the task's option groups (its ``__init__`` arguments typed as option
+    dataclasses, e.g. ``evaluation``) from the resolved config, so that their own checks
+    (ranges, ``evaluation.tasks`` disjoint, ...) run when the study is planned: the parser
+    reads the fields, the checks run when the task builds the group.
+
+    Raises:
+        StudyError: a group's refusal, naming the stage.
+    """
+    import dataclasses
+    import importlib
+    import typing
+
+    from lmc.options import as_options
+
+    if not isinstance(class_path, str) or "." not in class_path:
+        return
+    try:
+        module, _, name = class_path.rpartition(".")
+        hints = typing.get_type_hints(getattr(importlib.import_module(module), name).__init__)
+    except Exception:  # noqa: BLE001 - a task we cannot inspect: checked when it is built
+        return
+    for key, hint in hints.items():
+        kinds = [k for k in (typing.get_args(hint) or (hint,)) if dataclasses.is_dataclass(k)]
+        value = init.get(key)
+        if len(kinds) != 1 or not isinstance(value, Mapping):
+            continue
+        try:
+            as_options(kinds[0], value)
+        except (ValueError, TypeError) as err:
+            text = str(err)
+            text = text if text.startswith(f"{key}.") else f"{key}: {text}"
+            raise StudyError(f"{where}: model.init_args.{text}") from None
 
 
 def _known_spec(init: Mapping[str, Any]) -> Any:

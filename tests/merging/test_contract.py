@@ -203,3 +203,28 @@ def test_a_task_option_group_is_its_methods_options(name, group):
 
     cls = getattr(options, group)
     assert [f.name for f in fields(cls)] == list(method_options(MERGE_METHODS.get(name)))
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "message"),
+    [
+        ("mergemany", {"max_rounds": 0}, r"mergemany\.max_rounds must be >= 1, got 0"),
+        ("stemm", {"epochs": -2}, r"stemm\.epochs must be >= 1, got -2"),
+        ("ccmm", {"max_iter": -1}, r"ccmm\.max_iter must be >= 1, got -1"),
+        ("otfusion", {"prune_rate": 1.0}, r"prune_rate must lie in \[0, 1\), got 1\.0"),
+        ("fedma", {"lr": 0.0}, r"fedma\.lr must be > 0, got 0\.0"),
+        ("zip", {"beta": 2}, r"zip\.beta must lie in \[0, 1\], got 2"),
+    ],
+)
+def test_an_option_out_of_its_range_is_refused(name, options, message):
+    """Issue 46: MergeMany with max_rounds 0 ran as the plain average, STE-MM with -2 epochs as
+    weight matching to the reference, both exiting 0."""
+    with pytest.raises(ValueError, match=message):
+        check_options({name: options}, [name], "f")
+
+
+def test_every_range_names_an_option_its_method_takes():
+    from lmc.merging.contract import OPTION_RANGES
+
+    for name, rules in OPTION_RANGES.items():
+        assert set(rules) <= set(method_options(MERGE_METHODS.get(name))), name

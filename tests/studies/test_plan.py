@@ -270,6 +270,11 @@ BAD = {
         tiny_study(evaluate=[merge_stage("--model.init_args.methods=[]")]),
         "model.init_args.methods is empty: name at least one merge method, or leave it out",
     ),
+    "overlapping evaluation.tasks": (  # issue 46: accepted, each label scored twice
+        tiny_study(evaluate=[merge_stage("--model.init_args.evaluation.tasks=[[0, 1], [1, 2]]")]),
+        "evaluate stage 'merge': model.init_args.evaluation.tasks: labels [1] are in more "
+        "than one task",
+    ),
     "zip beta out of range": (
         tiny_study(
             evaluate=[
