@@ -113,6 +113,28 @@ def _rows(save_dir: Path, run_id: str) -> list[dict]:
     ]
 
 
+def test_a_resume_with_other_model_options_is_refused_naming_them(data, tmp_path):
+    """Issue 46: `--ckpt_path last` with another learning rate exited 0 and trained with the
+    checkpoint's (Lightning's CLI puts the checkpoint's hyper-parameters over the given ones)."""
+    _fit(data, tmp_path / "out", "--trainer.max_epochs=1")
+    [run] = run_dirs(tmp_path / "out")
+    lr = "--model.init_args.optimizer.init_args.lr=0.5"
+    with pytest.raises(
+        ValueError,
+        match=r"model\.init_args\.optimizer\.init_args\.lr: 0\.5 "
+        r"given, 0\.001 in the checkpoint.*--spawn_from",
+    ):
+        run_cli(
+            "fit",
+            "--config",
+            str(run / "config.yaml"),
+            "--ckpt_path=last",
+            lr,
+            "--trainer.max_epochs=2",
+        )
+    assert _final(run)["epoch"] == 0  # nothing trained
+
+
 def test_fit_ends_by_printing_its_run_folder(data, tmp_path, caplog):
     with caplog.at_level("INFO"):
         _fit(data, tmp_path / "out", "--trainer.max_epochs=1")

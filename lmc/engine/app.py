@@ -19,7 +19,7 @@ from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lmc.engine.errors import LMCArgumentParser, condensed_error, quiet_third_party
 from lmc.engine.moved import moved_keys_error
@@ -147,7 +147,36 @@ class LMCCLI(LightningCLI):
                     "weights still load (lmc.io.load_checkpoint, model_state_dict); give the new "
                     "keys in the config and leave --ckpt_path out, or rerun the run."
                 )
-        super()._parse_ckpt_path()
+        before = self._model_config(sub)
+        super()._parse_ckpt_path()  # the checkpoint's hyper-parameters replace the given ones
+        changed = _differences(before, self._model_config(sub), "model")
+        if changed and sub == "fit":
+            shown = "; ".join(
+                f"{k}: {given!r} given, {kept!r} in the checkpoint"
+                for k, given, kept in changed[:6]
+            )
+            raise ValueError(
+                f"--ckpt_path {ckpt} resumes its run with the model options it was trained with, "
+                f"and these given ones differ (they would be ignored): {shown}. Leave them out "
+                "to resume, or start a new run from those weights with --spawn_from <checkpoint "
+                "file> (its own folder and seed)"
+            )
+        if changed:
+            rank_zero_warn(
+                f"--ckpt_path {ckpt}: the checkpoint's model options are used, not the given "
+                f"{', '.join(k for k, _, _ in changed)}"
+            )
+
+    def _model_config(self, sub: str | None) -> Any:
+        """The ``model`` part of the config as plain YAML values (``None`` if it cannot be
+        written out)."""
+        if not sub:
+            return None
+        try:
+            dumped = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
+        except Exception:  # noqa: BLE001 - not comparable: Lightning's behaviour alone
+            return None
+        return (dumped.get(sub) or {}).get("model")
 
     def _resume_checkpoint(self, cfg: Any, ckpt: str) -> str | None:
         """``last`` or a run folder -> the run's ``last.ckpt``, with the loggers pointed at that
@@ -273,6 +302,16 @@ class LMCCLI(LightningCLI):
             f"Run folder: {folder} (rerun: lmc fit --config {folder / 'config.yaml'}; resume: "
             "add --ckpt_path last)"
         )
+
+
+def _differences(a: Any, b: Any, where: str) -> list[tuple[str, Any, Any]]:
+    """``(key, value in a, value in b)`` for every leaf of two configs that differs (keys only
+    one side has are left out: a checkpoint may predate an option)."""
+    if a is None or b is None:
+        return []
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in a if k in b for d in _differences(a[k], b[k], f"{where}.{k}")]
+    return [] if a == b else [(where, a, b)]
 
 
 def _check_spawn_from(path: str, subcommand: str) -> None:
