@@ -69,6 +69,10 @@ class BaseDataModule(L.LightningDataModule, ABC):
     """
 
     task: ClassVar[str] = "classification"
+    #: the init arguments that define the data a model learns (a synthetic task's teacher and
+    #: seed); a barrier or merge of trained models must read the data with the same values
+    #: (:func:`lmc.data.base.data_differences`). The class itself always counts.
+    model_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -296,3 +300,39 @@ class DeviceBatches:
                 yield src.batch(idx)
             else:
                 yield tuple(t.index_select(0, idx) for t in src)
+
+
+def _identity(data: object) -> tuple[str | None, dict]:
+    """A data config's (class path, init args) with a class subset unwrapped (a model of some
+    classes is evaluated on its dataset's others too)."""
+    if not isinstance(data, dict) or not isinstance(data.get("class_path"), str):
+        return None, {}
+    path, args = data["class_path"], dict(data.get("init_args") or {})
+    if path.rsplit(".", 1)[-1] == "ClassSubset" and isinstance(args.get("data"), dict):
+        return _identity(args["data"])
+    return path, args
+
+
+def data_differences(trained: object, evaluated: object) -> list[str]:
+    """How the data config ``evaluated`` (a barrier's, a merge's) differs from ``trained`` (the
+    models' training config) in what defines the data a model learns: the data module class
+    and its :attr:`BaseDataModule.model_keys`, one line each (empty: the same data). A
+    ``ClassSubset`` counts as the dataset it keeps classes of."""
+    import importlib
+
+    (a_path, a), (b_path, b) = _identity(trained), _identity(evaluated)
+    if a_path is None or b_path is None:
+        return []
+    a_name, b_name = a_path.rsplit(".", 1)[-1], b_path.rsplit(".", 1)[-1]
+    if a_name != b_name:
+        return [f"data {b_name} here, {a_name} in training"]
+    try:
+        module, _, name = b_path.rpartition(".")
+        keys = getattr(getattr(importlib.import_module(module), name), "model_keys", ())
+    except Exception:  # noqa: BLE001 - a class we cannot import: the class name alone
+        keys = ()
+    return [
+        f"data.init_args.{k}: {b[k]!r} here, {a[k]!r} in training"
+        for k in keys
+        if k in a and k in b and a[k] != b[k]
+    ]

@@ -52,6 +52,7 @@ class SyntheticRegressionDataModule(BaseDataModule):
 
     task: ClassVar[str] = "regression"
     output_dim: ClassVar[int] = 1
+    model_keys: ClassVar[tuple[str, ...]] = ("seed", "noise_std")
 
     def __init__(
         self,
@@ -119,6 +120,14 @@ class TeacherStudentDataModule(SyntheticRegressionDataModule):
             :class:`SyntheticRegressionDataModule`.
     """
 
+    model_keys: ClassVar[tuple[str, ...]] = (
+        "seed",
+        "noise_std",
+        "input_dim",
+        "teacher_width",
+        "random_orthonormal",
+    )
+
     def __init__(
         self,
         input_dim: int = 10,
@@ -181,6 +190,7 @@ class PolynomialDataModule(SyntheticRegressionDataModule):
     """
 
     input_dim: ClassVar[int] = 1
+    model_keys: ClassVar[tuple[str, ...]] = ("seed", "noise_std", "degree")
     RANGES: ClassVar[dict[int, tuple[float, float]]] = {1: (-4.0, -2.0), 3: (2.0, 4.0)}
 
     def __init__(

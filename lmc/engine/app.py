@@ -344,6 +344,29 @@ def _check_model_checkpoints(cfg: Any) -> None:
     for f, state in zip(files, states):
         check_finite(state, str(f))
     check_compatible(states, [str(f) for f in files])
+    _warn_other_data(cfg, files)
+
+
+def _warn_other_data(cfg: Any, files: list[Path]) -> None:
+    """Warn when the data of this run differ from what the checkpoints' runs trained on (their
+    saved config.yaml), in what a model learns (:func:`lmc.data.base.data_differences`): on
+    purpose (a shifted test set) it stands, by mistake it gives numbers of the wrong task."""
+    from lmc.data.base import data_differences
+
+    data = cfg.get("data")
+    here = data.as_dict() if hasattr(data, "as_dict") else data
+    for f in files:
+        saved = f.parent.parent / "config.yaml"
+        try:
+            trained = (yaml.safe_load(saved.read_text()) or {}).get("data")
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+        lines = data_differences(trained, here)
+        if lines:
+            rank_zero_warn(
+                f"the data here differ from what {f} was trained on ({'; '.join(lines)}): the "
+                "numbers are of another task than the model learned, unless that is the point"
+            )
 
 
 def _loggers(cfg: Any) -> list[Any]:

@@ -145,6 +145,32 @@ def _check_can_run(config: Mapping[str, Any], where: str, job: Any, runs_here: b
         raise StudyError("; ".join(problems))
 
 
+def _other_data(
+    jobs: Sequence[Any],
+    resolved: Mapping[str, Mapping[str, Any]],
+    key_of: Mapping[str, tuple[Any, ...]],
+    config_of: Mapping[tuple[Any, ...], Mapping[str, Any]],
+) -> list[str]:
+    """Evaluate jobs whose data differ from their input models' training data in what the
+    models learned (:func:`lmc.data.base.data_differences`), one line each: a barrier on
+    another teacher than the students learned gave numbers with exit status 0."""
+    from lmc.data.base import data_differences
+
+    found = []
+    for job in jobs:
+        if job.stage not in resolved or job.stage == TRAIN_STAGE or not job.inputs:
+            continue
+        config = config_of.get(key_of.get(job.id, ()))
+        for source in job.inputs:
+            trained = config_of.get(key_of.get(source, ()))
+            if config is None or trained is None:
+                continue
+            for line in data_differences(trained.get("data"), config.get("data")):
+                coords = {k: v for k, v in job.coordinates.items() if k != SEED_KEY}
+                found.append(f"stage {job.stage!r} job {json.dumps(coords, default=str)}: {line}")
+    return found
+
+
 def check_data(config: Mapping[str, Any], where: str, *_: Any) -> None:
     """That a job's data module finds its dataset's files (where it has ``check_files``:
     MNIST, Fashion-MNIST, CIFAR read from ``data_dir`` or ``$LMC_DATA_DIR``): a wrong folder
@@ -331,6 +357,8 @@ def check_job_configs(
     missing_data: list[str] = []
     cannot_run: list[str] = []
     seen: set[tuple[Any, ...]] = set()
+    key_of: dict[str, tuple[Any, ...]] = {}
+    config_of: dict[tuple[Any, ...], Mapping[str, Any]] = {}
     produced: dict[str, set[str] | None] = {}
     import time
 
@@ -339,16 +367,19 @@ def check_job_configs(
         if progress is not None and time.monotonic() - shown >= PROGRESS_SECONDS:
             shown = time.monotonic()
             progress(f"checked {done}/{len(jobs)} jobs ({len(seen)} distinct configurations)")
-        if job.command == MEMBER:
-            continue  # a population member: its leader's configuration is the one that runs
-        args = tuple(a for a in job.args if not a.startswith(SEED_ARG))  # the command first
-        if (args, len(job.inputs)) in seen:
+        if job.command == MEMBER:  # a population member: its leader's configuration runs
+            if job.inputs and job.inputs[0] in key_of:
+                key_of[job.id] = key_of[job.inputs[0]]
             continue
-        seen.add((args, len(job.inputs)))
+        args = tuple(a for a in job.args if not a.startswith(SEED_ARG))  # the command first
+        key_of[job.id] = (args, len(job.inputs))
+        if key_of[job.id] in seen:
+            continue
+        seen.add(key_of[job.id])
         coords = {k: v for k, v in job.coordinates.items() if k != SEED_KEY}
         where = f"stage {job.stage!r} job {json.dumps(coords, default=str)}"
         try:
-            config = resolve_config(args)
+            config = config_of[key_of[job.id]] = resolve_config(args)
             check_names(config, where)
             if job.stage in resolved and job.stage != TRAIN_STAGE:  # an evaluate stage
                 _check_same_net(resolved["train"], config, where)
@@ -370,9 +401,15 @@ def check_job_configs(
             "parsed on its own; give values that go together, or split the grid):\n  "
             + "\n  ".join(errors)
         )
+    other_data = _other_data(jobs, resolved, key_of, config_of)
     for found, what in (
         (missing_data, "would not find their dataset"),
         (cannot_run, "cannot run as planned"),
+        (
+            other_data,
+            "read other data than their models were trained on (give the stage the "
+            "train stage's data options, e.g. in both stages' args)",
+        ),
     ):
         if found:
             raise StudyError(

@@ -597,3 +597,23 @@ def test_a_large_plan_is_announced_and_its_checks_show_progress(tmp_path, monkey
     load_and_plan(write_study(tmp_path, tiny_study()), log=lines.append)
     assert any(line.startswith("note: the study plans 6 jobs") for line in lines), lines
     assert any(line.startswith("checked 1/6 jobs") for line in lines), lines
+
+
+def test_an_evaluate_stage_on_other_data_than_its_models_learned_is_refused(tmp_path):
+    """Issue 46 (a new bad-input check): a barrier stage on a teacher of width 4 between
+    students trained on a teacher of width 6 ran and gave numbers, exit status 0."""
+    study = tiny_study()
+    study["train"]["args"] = [*study["train"]["args"], "--data.init_args.teacher_width=6"]
+    path = write_study(tmp_path, study)
+    with pytest.raises(
+        StudyError,
+        match=r"read other data than their models were trained on .*\n  stage 'barrier' job "
+        r".*data\.init_args\.teacher_width: 4 here, 6 in training",
+    ):
+        run_study(path, tmp_path / "out", runner=lambda a: None, log=lambda _: None)
+    # the same data in both stages: planned
+    study["evaluate"][0]["args"] = [
+        *study["evaluate"][0]["args"],
+        "--data.init_args.teacher_width=6",
+    ]
+    load_and_plan(write_study(tmp_path, study))

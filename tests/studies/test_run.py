@@ -342,3 +342,31 @@ def test_a_merge_method_registered_in_user_code_runs_from_the_lmc_command(tmp_pa
     monkeypatch.setenv("LMC_PLUGINS", "mylab_merges_missing")
     with pytest.raises(ImportError, match=r"\$LMC_PLUGINS: cannot import 'mylab_merges_missing'"):
         main(["study", "plan", str(path)])
+
+
+def test_a_barrier_by_hand_on_other_data_than_its_models_learned_warns(tiny_run, tmp_path):
+    """Issue 46: `lmc validate` between students of one teacher on another teacher's data gave
+    numbers without a word; it may be the point (a shifted test set), so it warns."""
+    from tests.studies.conftest import CONFIGS
+
+    store = StudyStore(tiny_run[1])
+    width = store.plan()[0]["coordinates"][WIDTH]
+    runs = [
+        store.run_dir(j)
+        for j in store.plan()
+        if j["stage"] == "train" and j["coordinates"][WIDTH] == width
+    ]
+    with pytest.warns(UserWarning, match=r"data\.init_args\.teacher_width: 6 here, 4 in training"):
+        main(
+            [
+                "validate",
+                "-c",
+                str(CONFIGS / "studies" / "teacher_student_barrier.yaml"),
+                f"--model.init_args.checkpoints=[{runs[0]}, {runs[1]}]",
+                f"--{WIDTH}={width}",
+                "--data.init_args.teacher_width=6",
+                "--model.init_args.evaluation.num_alphas=3",
+                f"--trainer.default_root_dir={tmp_path}",
+                *TINY_DATA,
+            ]
+        )
