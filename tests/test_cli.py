@@ -392,3 +392,52 @@ def test_product_tips_are_silenced_and_run_information_is_kept(caplog, monkeypat
     assert "GPU available: False, used: False" in messages
     assert not any("Tip" in m for m in messages)
     assert os.environ["WANDB_SILENT"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["-c", "{bad}"],
+            r"lmc fit: error: the config file .*bad\.yaml is not valid YAML \(line 3, column 1\)",
+        ),
+        (
+            ["--trainer.default_root_dir={afile}"],
+            r"default_root_dir .*afile is a file: give a folder",
+        ),
+        (["--model.init_args.net.init_args.width=0"], r"TwoLayerReLU needs width >= 1"),
+        (
+            ["--trainer.max_epochs=2", "--spawn_points=[0, 1, 5]"],
+            r"--spawn_points \[5\]: past the end of training \(trainer.max_epochs=2\)",
+        ),
+    ],
+    ids=["yaml-names-its-file", "root-is-a-file", "width-0", "spawn-point-past-the-end"],
+)
+def test_run_mistakes_found_by_the_bad_input_check_are_one_line(
+    tmp_path, capsys, monkeypatch, args, message
+):
+    """Issue 46's new bad-input check: each refused before any training, in one line."""
+    from lmc.cli import main
+
+    (tmp_path / "bad.yaml").write_text("trainer:\n  max_epochs: [1\n")
+    (tmp_path / "afile").write_text("")
+    args = [a.format(bad=tmp_path / "bad.yaml", afile=tmp_path / "afile") for a in args]
+    monkeypatch.delenv("LMC_DEBUG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    argv = ["lmc", "fit", "-c", str(CONFIGS / "quickstart.yaml"), *args]
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    err = capsys.readouterr().err
+    assert exit_.value.code in (1, 2) and "Traceback" not in err
+    assert re.search(message, err), err
+    assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_a_spawn_from_the_last_epoch_is_refused(tmp_path):
+    """Issue 46's new bad-input check: the child of a point at max_epochs trained nothing and
+    left a run folder without checkpoints, exit 0."""
+    parent = _fit_quick(tmp_path / "parent", "--trainer.max_epochs=1", "--spawn_points=[1]")
+    point = parent / "checkpoints" / "spawn" / "epoch=1.ckpt"
+    with pytest.raises(ValueError, match=r"trained 1 epoch\(s\) and trainer.max_epochs is 1"):
+        _fit_quick(tmp_path / "child", "--trainer.max_epochs=1", f"--spawn_from={point}")

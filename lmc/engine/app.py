@@ -120,6 +120,7 @@ class LMCCLI(LightningCLI):
         # Name the new key of a config key that moved (e.g. grouped options) before jsonargparse
         # rejects it as unknown without saying where it went.
         message = moved_keys_error(sys.argv[1:] if args is None else args)
+        message = message or _config_file_error(sys.argv[1:] if args is None else args)
         if message:
             parser.error(message)
         super().parse_arguments(parser, args)
@@ -132,7 +133,7 @@ class LMCCLI(LightningCLI):
         spawn = self.config[sub].get("spawn_from") if sub else None
         self._spawning = bool(spawn) and not ckpt
         if self._spawning:
-            _check_spawn_from(spawn, sub)
+            _check_spawn_from(spawn, sub, (self.config[sub].get("trainer") or {}).get("max_epochs"))
         if sub == "fit" and ckpt and (ckpt == "last" or Path(ckpt).is_dir()):
             ckpt = self.config[sub].ckpt_path = self._resume_checkpoint(self.config[sub], ckpt)
         if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
@@ -233,6 +234,14 @@ class LMCCLI(LightningCLI):
             callbacks = [*callbacks, ProgressBar()]
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         if cfg.get("spawn_points"):
+            end = config.get("max_epochs")
+            late = [k for k in cfg.spawn_points if isinstance(end, int) and 0 <= end < k]
+            if late:
+                raise ValueError(
+                    f"--spawn_points {late}: past the end of training (trainer.max_epochs="
+                    f"{config.get('max_epochs')}), so they would never be saved; give points "
+                    "up to max_epochs"
+                )
             callbacks = [*callbacks, SpawnPoints(list(cfg.spawn_points))]
         callbacks = [
             *callbacks,
@@ -259,6 +268,12 @@ class LMCCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
+        root = (cfg.get("trainer") or {}).get("default_root_dir")
+        if root and Path(root).exists() and not Path(root).is_dir():
+            raise ValueError(
+                f"--trainer.default_root_dir {root} is a file: give a folder (made if missing), "
+                "where the run folders go"
+            )
         _resolve_logger_dirs(cfg)
         _study_to_wandb(cfg)
         _check_model_checkpoints(cfg)
@@ -304,6 +319,31 @@ class LMCCLI(LightningCLI):
         )
 
 
+def _config_file_error(args: Any) -> str | None:
+    """The first ``-c``/``--config`` file that is not valid YAML, named with the line (the
+    parser's own message says ``<unicode string>``, not which of several files), or ``None``."""
+    if not isinstance(args, (list, tuple)):
+        return None
+    for i, arg in enumerate(args):
+        value = None
+        if arg in ("-c", "--config") and i + 1 < len(args):
+            value = args[i + 1]
+        elif isinstance(arg, str) and arg.startswith("--config="):
+            value = arg.split("=", 1)[1]
+        if not isinstance(value, str) or not Path(value).is_file():
+            continue
+        try:
+            yaml.safe_load(Path(value).read_text())
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            return f"the config file {value} is not valid YAML{where}: {problem}"
+        except (OSError, UnicodeDecodeError) as err:
+            return f"the config file {value} cannot be read: {err}"
+    return None
+
+
 def _differences(a: Any, b: Any, where: str) -> list[tuple[str, Any, Any]]:
     """``(key, value in a, value in b)`` for every leaf of two configs that differs (keys only
     one side has are left out: a checkpoint may predate an option)."""
@@ -314,8 +354,9 @@ def _differences(a: Any, b: Any, where: str) -> list[tuple[str, Any, Any]]:
     return [] if a == b else [(where, a, b)]
 
 
-def _check_spawn_from(path: str, subcommand: str) -> None:
-    """``--spawn_from`` names a readable checkpoint, for ``fit`` only."""
+def _check_spawn_from(path: str, subcommand: str, max_epochs: int | None = None) -> None:
+    """``--spawn_from`` names a readable checkpoint, for ``fit`` only, of fewer epochs than
+    ``max_epochs`` (else the child would train nothing and leave a run without checkpoints)."""
     if subcommand != "fit":
         raise ValueError(
             f"--spawn_from starts a training run: it is for `lmc fit`, not {subcommand}"
@@ -325,7 +366,16 @@ def _check_spawn_from(path: str, subcommand: str) -> None:
             f"--spawn_from {path}: no such checkpoint file (spawn points are saved by a run "
             "given --spawn_points [k, ...], as <run>/checkpoints/spawn/epoch=<k>.ckpt)"
         )
-    load_checkpoint(path, mmap=True)  # corrupt or untrusted: refused now, before any work
+    ckpt = load_checkpoint(path, mmap=True)  # corrupt or untrusted: refused now, before any work
+    progress = ((ckpt.get("loops") or {}).get("fit_loop") or {}).get("epoch_progress") or {}
+    current = progress.get("current") or {}
+    done = max(int(current.get("completed") or 0), int(current.get("processed") or 0))
+    if isinstance(max_epochs, int) and max_epochs >= 0 and done >= max_epochs:
+        raise ValueError(
+            f"--spawn_from {path}: the checkpoint has trained {done} epoch(s) and "
+            f"trainer.max_epochs is {max_epochs}, so the new run would train nothing; give "
+            "a larger --trainer.max_epochs (the epochs in all, the parent's included)"
+        )
 
 
 def _check_model_checkpoints(cfg: Any) -> None:

@@ -88,6 +88,11 @@ class TwoLayerReLU(nn.Module):
         teacher_width: int | None = None,
     ) -> None:
         super().__init__()
+        if width < 1 or in_features < 1:
+            raise ValueError(
+                f"TwoLayerReLU needs width >= 1 and in_features >= 1, got width={width}, "
+                f"in_features={in_features}"
+            )
         if init not in ("gaussian", "manifold"):
             raise ValueError(f"init must be 'gaussian' or 'manifold', got {init!r}")
         if init == "manifold":

@@ -430,15 +430,23 @@ def check_jobs(jobs: Sequence[Any], resolved: Mapping[str, Mapping[str, Any]]) -
     for job in jobs:
         if not job.inputs or job.stage not in resolved:
             continue
+        init = (resolved[job.stage].get("model") or {}).get("init_args") or {}
         if NUM_MODELS_KEY in job.coordinates:
             ns = job.coordinates[NUM_MODELS_KEY]
+        elif "num_models" in init:  # a merge: all of its models by default
+            ns = init.get("num_models") or [len(job.inputs)]
         else:
-            init = (resolved[job.stage].get("model") or {}).get("init_args") or {}
-            ns = init.get("num_models")
-        if ns is None:
             continue
         ns = ns if isinstance(ns, list) else [ns]
         bad = [n for n in ns if not isinstance(n, int) or not 2 <= n <= len(job.inputs)]
+        reference = job.coordinates.get("model.init_args.reference", init.get("reference"))
+        smallest = min((n for n in ns if isinstance(n, int)), default=None)
+        if isinstance(reference, int) and smallest and not bad and not 0 <= reference < smallest:
+            errors.append(
+                f"evaluate stage {job.stage!r} {job.coordinates}: reference={reference} must "
+                f"index one of the first {smallest} models (the smallest merge, num_models "
+                f"{ns}); give a reference in [0, {smallest - 1}]"
+            )
         if bad:
             errors.append(
                 f"evaluate stage {job.stage!r} {job.coordinates}: num_models {bad} must lie in "

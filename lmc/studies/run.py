@@ -22,7 +22,7 @@ from lmc.studies.execute import Runner, input_stamps, now, record_interrupted
 from lmc.studies.executors import Handle, make_executor
 from lmc.studies.load import load_study
 from lmc.studies.plan import Job, parse_shard, plan, shard
-from lmc.studies.schema import Study
+from lmc.studies.schema import Study, StudyError
 from lmc.studies.store import StudyStore
 
 POLL_SECONDS = 0.05
@@ -172,6 +172,8 @@ def run_study(
     """
     t_start = time.perf_counter()
     study = load_study(path)
+    if Path(root).exists() and not Path(root).is_dir():
+        raise StudyError(f"--dir {root} is a file: give the study's folder (made if missing)")
     store = StudyStore(root)
     workers = study.executor.workers if workers is None else workers
     summary = RunSummary()

@@ -266,6 +266,10 @@ BAD = {
         ),
         "capture_step needs a CUDA device (trainer.accelerator=cpu",
     ),
+    "a merge reference past the smallest merge": (  # issue 46: failed after the training
+        tiny_study(evaluate=[merge_stage("--model.init_args.reference=5")]),
+        "reference=5 must index one of the first 2 models (the smallest merge",
+    ),
     "an empty list of merge methods": (  # issue 46: ran three methods, the config said []
         tiny_study(evaluate=[merge_stage("--model.init_args.methods=[]")]),
         "model.init_args.methods is empty: name at least one merge method, or leave it out",
@@ -617,3 +621,9 @@ def test_an_evaluate_stage_on_other_data_than_its_models_learned_is_refused(tmp_
         "--data.init_args.teacher_width=6",
     ]
     load_and_plan(write_study(tmp_path, study))
+
+
+def test_a_file_given_as_the_study_folder_is_refused(tmp_path):
+    path = write_study(tmp_path, tiny_study())
+    with pytest.raises(StudyError, match=r"--dir .*study\.yaml is a file: give the study's folder"):
+        run_study(path, path, runner=lambda a: None, log=lambda _: None)
