@@ -476,3 +476,30 @@ def check_claim_metrics(claims: Sequence[Claim], produced: Mapping[str, set[str]
                     f"claim {claim.name!r} reads {metric!r}, which stage {stage!r} does not "
                     f"produce ({len(known)} names; {hint})"
                 )
+
+
+def check_figure_metrics(figures: Sequence[Any], produced: Mapping[str, set[str] | None]) -> None:
+    """Refuse a figure (not a curve: those draw series) that names a metric its stage does not
+    produce, as :func:`check_claim_metrics` does for claims (a misspelt figure metric was found
+    only once every job had run, and the report was not written).
+
+    Raises:
+        StudyError: naming the figure, the metric and the stage's closest names.
+    """
+    import difflib
+    from fnmatch import fnmatchcase
+
+    for spec in figures:
+        known = produced.get(spec.stage)
+        if known is None or spec.kind == "curve":
+            continue
+        patterns = [k for k in known if "*" in k]
+        for metric in [*spec.y, *([spec.x] if spec.kind == "scatter" else [])]:
+            if metric in known or any(fnmatchcase(metric, p) for p in patterns):
+                continue
+            close = difflib.get_close_matches(metric, sorted(known), n=5, cutoff=0.6)
+            raise StudyError(
+                f"figure {spec.name!r} draws {metric!r}, which stage {spec.stage!r} does not "
+                f"produce ({len(known)} names"
+                + (f"; the closest it produces: {', '.join(close)})" if close else ")")
+            )

@@ -17,7 +17,7 @@ from typing import Any
 
 from lmc.studies.auto_population import resolve_population
 from lmc.studies.check import check_job_configs, check_jobs, check_study
-from lmc.studies.claims import check_claim_metrics
+from lmc.studies.claims import check_claim_metrics, check_figure_metrics
 from lmc.studies.execute import Runner, input_stamps, now, record_interrupted
 from lmc.studies.executors import Handle, make_executor
 from lmc.studies.load import load_study
@@ -81,6 +81,7 @@ def checked_plan(
     )
     if study.claims:  # against what each stage's jobs will report
         check_claim_metrics(study.claims, produced)
+    check_figure_metrics(study.figures, produced)
     return jobs
 
 

@@ -627,3 +627,26 @@ def test_a_file_given_as_the_study_folder_is_refused(tmp_path):
     path = write_study(tmp_path, tiny_study())
     with pytest.raises(StudyError, match=r"--dir .*study\.yaml is a file: give the study's folder"):
         run_study(path, path, runner=lambda a: None, log=lambda _: None)
+
+
+def test_a_misspelt_figure_metric_is_refused_when_planned(tmp_path):
+    """Issue 46's new bad-input check: a figure's misspelt metric passed `plan`, every job ran,
+    then the report was not written (exit status 0)."""
+    study = tiny_study(
+        figures=[
+            {
+                "name": "f",
+                "kind": "line",
+                "stage": "barrier",
+                "x": WIDTH,
+                "y": ["barrier_loss_matchd"],
+            }
+        ]
+    )
+    path = write_study(tmp_path, study)
+    with pytest.raises(
+        StudyError,
+        match=r"figure 'f' draws 'barrier_loss_matchd', which stage 'barrier' does not produce "
+        r"\(\d+ names; the closest it produces: barrier_loss_matched",
+    ):
+        run_study(path, tmp_path / "out", runner=lambda a: None, log=lambda _: None)
