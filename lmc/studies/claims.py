@@ -317,6 +317,18 @@ def parse_claims(
     return tuple(claims)
 
 
+def _distinct(cells: Sequence[Cell], at: str, what: str) -> None:
+    """Refuse cells that select the same values (stage, metric and where): a comparison of a
+    cell with itself was evaluated as an inconclusive difference of 0."""
+    seen = [repr((c.stage, c.metric, sorted(c.where.items(), key=str))) for c in cells]
+    twice = sorted({s for s in seen if seen.count(s) > 1})
+    if twice:
+        raise StudyError(
+            f"{at}: {what} select the same values ({twice[0]}); give them different `where` "
+            "values, metrics or stages"
+        )
+
+
 def _claim(
     raw: Mapping[str, Any],
     at: str,
@@ -360,11 +372,13 @@ def _claim(
         if "a" not in raw or "b" not in raw:
             raise StudyError(f"{at}: a difference claim needs cells `a` and `b`")
         cells = (cell(raw["a"], f"{at}.a", set()), cell(raw["b"], f"{at}.b", set()))
+        _distinct(cells, at, "a and b")
     elif test == "ordering":
         given = raw.get("cells")
         if not isinstance(given, list) or len(given) < 2:
             raise StudyError(f"{at}: an ordering claim needs `cells`, a list of 2 or more")
         cells = tuple(cell(c, f"{at}.cells[{j}]", set()) for j, c in enumerate(given))
+        _distinct(cells, at, "its cells")
     elif test == "trend":
         if x is None:
             raise StudyError(f"{at}: a trend claim needs `x` (a coordinate key or a label)")

@@ -408,6 +408,10 @@ BAD = {
         tiny_study(claims=[width_claim(metric="barrier_los_matched")]),
         "reads 'barrier_los_matched', which stage 'barrier' does not produce (",
     ),
+    "claim comparing a cell with itself": (  # issue 46: an inconclusive difference of 0
+        tiny_study(claims=[width_claim(b={"where": {WIDTH: 8}})]),
+        "a and b select the same values",
+    ),
     "claim on a misspelt merge metric": (  # issue 46: was found after all 12 jobs ran
         tiny_study(
             evaluate=[merge_stage(*TINY_DATA)],
