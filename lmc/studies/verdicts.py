@@ -372,7 +372,12 @@ def format_claims(results: Sequence[ClaimResult]) -> str:
     for r in results:
         ci = f"[{r.ci_low:.4g}, {r.ci_high:.4g}]"
         needed = ""
-        if r.verdict == "inconclusive" and r.n_needed is not None:
+        if r.n == 0:  # nothing to evaluate yet: not a statement about the spread
+            needed = (
+                "; no values yet: its jobs are pending, failed or damaged (`lmc study status`), "
+                "`lmc study run` runs them"
+            )
+        elif r.verdict == "inconclusive" and r.n_needed is not None:
             needed = f"; about {r.n_needed:.0f} replicates would resolve it"
             if not math.isfinite(r.n_needed):
                 needed = "; no number of replicates resolves it at this spread and mean"

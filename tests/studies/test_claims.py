@@ -352,3 +352,16 @@ def test_a_cell_without_results_yet_is_inconclusive_not_an_error():
         assert r.verdict == "inconclusive" and r.n == 0
     r = evaluate(claim(test="trend", x=RATE, expect="peaked"), tidy[tidy[RATE] < 0.3])
     assert r.verdict == "inconclusive" and "not every x has results yet" in r.detail
+
+
+def test_a_claim_without_values_says_its_jobs_are_not_done():
+    """Issue 46's new bad-input check: a claim whose jobs were pending or damaged read 'no
+    number of replicates resolves it', a statement about a spread there was not."""
+    from lmc.studies.verdicts import ClaimResult, format_claims
+
+    empty = ClaimResult(
+        "c", "003 §4", "x falls", "", "difference", "less", "inconclusive", n=0, n_needed=math.inf
+    )
+    text = format_claims([empty])
+    assert "no values yet: its jobs are pending, failed or damaged" in text
+    assert "no number of replicates" not in text
