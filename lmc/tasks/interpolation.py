@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, ClassVar, Literal
 
 from torch import nn
@@ -176,9 +177,16 @@ class InterpolationTask(EvaluationTask):
             if self.matcher == "none"
             else (f" -> {s['barrier_loss_matched']:.4g} matched ({self.matcher} matching)")
         )
+        diverged = not math.isfinite(float(s.get("endpoint_loss_mean", 0.0)))
+        note = (
+            "\nnote: an endpoint's loss is not finite (a run that diverged?), so the barriers "
+            "are not numbers; check the endpoints' training curves"
+            if diverged
+            else ""
+        )
         self.report_line = (
             f"\nBarrier ({self.barrier}, {self.splits[-1]} split): loss {s['barrier_loss_naive']:.4g} naive"
-            f"{matched}. Figure and summary: {out}\n"
+            f"{matched}. Figure and summary: {out}{note}\n"
         )
         if self.save_matched and self.trainer.is_global_zero:
             self._save_matched(out)

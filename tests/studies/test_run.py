@@ -370,3 +370,36 @@ def test_a_barrier_by_hand_on_other_data_than_its_models_learned_warns(tiny_run,
                 *TINY_DATA,
             ]
         )
+
+
+def test_a_barrier_with_a_diverged_endpoint_says_so(tiny_run, tmp_path, caplog):
+    """Issue 46's new bad-input check: an endpoint whose training diverged (weights ~1e25, loss
+    inf) gave 'loss nan naive -> nan matched' and exit 0 without a word."""
+    import torch
+
+    from tests.studies.conftest import CONFIGS
+
+    store = StudyStore(tiny_run[1])
+    width = store.plan()[0]["coordinates"][WIDTH]
+    runs = [
+        store.run_dir(j)
+        for j in store.plan()
+        if j["stage"] == "train" and j["coordinates"][WIDTH] == width
+    ]
+    ckpt = torch.load(runs[0] / "checkpoints" / "last.ckpt", weights_only=True)
+    ckpt["state_dict"] = {k: v * 1e25 for k, v in ckpt["state_dict"].items()}
+    torch.save(ckpt, tmp_path / "diverged.ckpt")
+    with caplog.at_level("INFO"):
+        main(
+            [
+                "validate",
+                "-c",
+                str(CONFIGS / "studies" / "teacher_student_barrier.yaml"),
+                f"--model.init_args.checkpoints=[{tmp_path / 'diverged.ckpt'}, {runs[1]}]",
+                f"--{WIDTH}={width}",
+                "--model.init_args.evaluation.num_alphas=3",
+                f"--trainer.default_root_dir={tmp_path}",
+                *TINY_DATA,
+            ]
+        )
+    assert "note: an endpoint's loss is not finite (a run that diverged?)" in caplog.text
