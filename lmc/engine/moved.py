@@ -23,7 +23,7 @@ def moved_keys_error(args: Any) -> str | None:
     value rather than a mapping.
     """
     class_path, given = _raw_model_args(args)
-    moved = getattr(_model_class(class_path), "moved_keys", None) or {}
+    moved = getattr(class_named(class_path), "moved_keys", None) or {}
     problems: list[str] = []
     for key, value, where in given:
         new = moved.get(key)
@@ -106,8 +106,9 @@ def _raw_model_args(args: Any) -> tuple[str | None, list[tuple[str, Any, str]]]:
     return class_path, given
 
 
-def _model_class(class_path: str | None) -> type | None:
-    """The class named by ``class_path`` (a bare name is looked up in :mod:`lmc.tasks`)."""
+def class_named(class_path: str | None) -> type | None:
+    """The class named by ``class_path`` (a bare name is looked up in :mod:`lmc.tasks`), or
+    ``None`` when it does not import."""
     if not class_path:
         return None
     module, _, name = class_path.rpartition(".")

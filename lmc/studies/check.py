@@ -69,6 +69,20 @@ def check_names(resolved: Mapping[str, Any], where: str) -> None:
             raise StudyError(f"{where}: {err}") from None
 
 
+def _plain_class(entry: Any) -> tuple[Any, dict[str, Any]] | None:
+    """A config entry ``{class_path, init_args}`` as its class and arguments, when the class
+    imports and every argument is plain (no nested class to build), else ``None``."""
+    from lmc.engine.moved import class_named
+
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("class_path"), str):
+        return None
+    args = dict(entry.get("init_args") or {})
+    cls = class_named(entry["class_path"])
+    if cls is None or any(isinstance(v, Mapping) for v in args.values()):
+        return None
+    return cls, args
+
+
 def _check_option_groups(class_path: Any, init: Mapping[str, Any], where: str) -> None:
     """Build the task's option groups (its ``__init__`` arguments typed as option
     dataclasses, e.g. ``evaluation``) from the resolved config, so that their own checks
@@ -79,16 +93,14 @@ def _check_option_groups(class_path: Any, init: Mapping[str, Any], where: str) -
         StudyError: a group's refusal, naming the stage.
     """
     import dataclasses
-    import importlib
     import typing
 
+    from lmc.engine.moved import class_named
     from lmc.options import as_options
 
-    if not isinstance(class_path, str) or "." not in class_path:
-        return
+    cls = class_named(class_path) if isinstance(class_path, str) and "." in class_path else None
     try:
-        module, _, name = class_path.rpartition(".")
-        hints = typing.get_type_hints(getattr(importlib.import_module(module), name).__init__)
+        hints = typing.get_type_hints(cls.__init__) if cls is not None else {}
     except Exception:  # noqa: BLE001 - a task we cannot inspect: checked when it is built
         return
     for key, hint in hints.items():
@@ -108,19 +120,13 @@ def _known_spec(init: Mapping[str, Any]) -> Any:
     """The permutation spec of the task's ``net`` when it is known without data (a built-in
     network of plain arguments, built here on the CPU), else ``None``: what a merge method's
     options are checked against at plan time (e.g. ZipIt!'s ``zip_until``)."""
-    import importlib
-
     from lmc.permutation.source import needs_example, resolve_spec
 
-    net = init.get("net")
-    path = net.get("class_path") if isinstance(net, Mapping) else None
-    args = dict(net.get("init_args") or {}) if isinstance(net, Mapping) else {}
-    source = init.get("spec") or "auto"
-    if not isinstance(path, str) or any(isinstance(v, Mapping) for v in args.values()):
+    plain, source = _plain_class(init.get("net")), init.get("spec") or "auto"
+    if plain is None:
         return None
     try:
-        module, _, name = path.rpartition(".")
-        model = getattr(importlib.import_module(module), name)(**args)
+        model = plain[0](**plain[1])
         return None if needs_example(source, model) else resolve_spec(source, model)
     except Exception:  # noqa: BLE001 - not known before the job: its task checks when built
         return None
@@ -179,22 +185,13 @@ def check_data(config: Mapping[str, Any], where: str, *_: Any) -> None:
     Raises:
         StudyError: the data module's message (the folder searched, the files expected).
     """
-    import importlib
-
     from lmc.data.formats import DatasetNotFoundError
 
-    data = config.get("data")
-    path = data.get("class_path") if isinstance(data, Mapping) else None
-    args = dict(data.get("init_args") or {}) if isinstance(data, Mapping) else {}
-    if not isinstance(path, str) or any(isinstance(v, Mapping) for v in args.values()):
+    plain = _plain_class(config.get("data"))
+    if plain is None or getattr(plain[0], "check_files", None) is None:
         return
     try:
-        module, _, name = path.rpartition(".")
-        cls = getattr(importlib.import_module(module), name)
-        check = getattr(cls, "check_files", None)
-        if check is None:
-            return
-        check(cls(**args))
+        plain[0](**plain[1]).check_files()
     except DatasetNotFoundError as err:
         lines = str(err).splitlines()
         raise StudyError(f"{where}: {lines[0]} ({lines[-1]})") from None
@@ -267,19 +264,15 @@ def produced_metrics(config: Mapping[str, Any], n_models: int | None = None) -> 
     names may be ``fnmatch`` patterns), else ``None`` (known once a job ran: the report
     checks the claims then). ``n_models``: the checkpoints the job is given, for a task whose
     ``produces`` takes it (a merge's default ``num_models``)."""
-    import importlib
     import inspect
+
+    from lmc.engine.moved import class_named
 
     model = config.get("model") or {}
     path = model.get("class_path") if isinstance(model, Mapping) else None
     if not isinstance(path, str) or "." not in path:
         return None
-    module, _, name = path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return None
-    produces = getattr(cls, "produces", None)
+    produces = getattr(class_named(path), "produces", None)
     if produces is None:
         return None
     init_args = dict(model.get("init_args") or {})

@@ -459,6 +459,21 @@ def _claim(
     )
 
 
+def _not_produced(metric: str, known: set[str]) -> str | None:
+    """``None`` when ``metric`` is among ``known`` (names or ``fnmatch`` patterns), else what
+    the refusal adds: how many names there are and the closest ones."""
+    import difflib
+    from fnmatch import fnmatchcase
+
+    if metric in known or any(fnmatchcase(metric, k) for k in known if "*" in k):
+        return None
+    close = difflib.get_close_matches(metric, sorted(known), n=5, cutoff=0.6)
+    if close:
+        return f"{len(known)} names; the closest it produces: {', '.join(close)}"
+    listed = ", ".join(sorted(known)[:12]) + (", ..." if len(known) > 12 else "")
+    return f"{len(known)} names; it produces: {listed}"
+
+
 def check_claim_metrics(claims: Sequence[Claim], produced: Mapping[str, set[str] | None]) -> None:
     """Refuse a claim that reads a metric its stage does not produce (``produced``: stage ->
     the metrics its jobs report, names or ``fnmatch`` patterns, or ``None`` when that is only
@@ -467,29 +482,16 @@ def check_claim_metrics(claims: Sequence[Claim], produced: Mapping[str, set[str]
     Raises:
         StudyError: naming the claim, the metric and the stage's names closest to it.
     """
-    import difflib
-    from fnmatch import fnmatchcase
-
     for claim in claims:
         for stage, metrics in claim.metrics.items():
             known = produced.get(stage)
-            if known is None:
-                continue
-            patterns = [k for k in known if "*" in k]
-            for metric in sorted(metrics):
-                if metric in known or any(fnmatchcase(metric, p) for p in patterns):
-                    continue
-                close = difflib.get_close_matches(metric, sorted(known), n=5, cutoff=0.6)
-                hint = (
-                    f"the closest it produces: {', '.join(close)}"
-                    if close
-                    else f"it produces: {', '.join(sorted(known)[:12])}"
-                    + (", ..." if len(known) > 12 else "")
-                )
-                raise StudyError(
-                    f"claim {claim.name!r} reads {metric!r}, which stage {stage!r} does not "
-                    f"produce ({len(known)} names; {hint})"
-                )
+            for metric in sorted(metrics) if known is not None else ():
+                why = _not_produced(metric, known)
+                if why:
+                    raise StudyError(
+                        f"claim {claim.name!r} reads {metric!r}, which stage {stage!r} does not "
+                        f"produce ({why})"
+                    )
 
 
 def check_figure_metrics(figures: Sequence[Any], produced: Mapping[str, set[str] | None]) -> None:
@@ -500,20 +502,14 @@ def check_figure_metrics(figures: Sequence[Any], produced: Mapping[str, set[str]
     Raises:
         StudyError: naming the figure, the metric and the stage's closest names.
     """
-    import difflib
-    from fnmatch import fnmatchcase
-
     for spec in figures:
         known = produced.get(spec.stage)
         if known is None or spec.kind == "curve":
             continue
-        patterns = [k for k in known if "*" in k]
         for metric in [*spec.y, *([spec.x] if spec.kind == "scatter" else [])]:
-            if metric in known or any(fnmatchcase(metric, p) for p in patterns):
-                continue
-            close = difflib.get_close_matches(metric, sorted(known), n=5, cutoff=0.6)
-            raise StudyError(
-                f"figure {spec.name!r} draws {metric!r}, which stage {spec.stage!r} does not "
-                f"produce ({len(known)} names"
-                + (f"; the closest it produces: {', '.join(close)})" if close else ")")
-            )
+            why = _not_produced(metric, known)
+            if why:
+                raise StudyError(
+                    f"figure {spec.name!r} draws {metric!r}, which stage {spec.stage!r} does "
+                    f"not produce ({why})"
+                )

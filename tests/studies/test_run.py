@@ -282,36 +282,50 @@ def test_a_damaged_study_folder_file_is_one_line_naming_it_and_the_fix(
     assert status(out)["train"]["done"] == 4
 
 
+def _pair(tiny_run):
+    """The width of the tiny study's first job and the run folders of its two seeds there."""
+    store = StudyStore(tiny_run[1])
+    width = store.plan()[0]["coordinates"][WIDTH]
+    train = [j for j in store.plan() if j["stage"] == "train"]
+    return width, [store.run_dir(j) for j in train if j["coordinates"][WIDTH] == width]
+
+
+def _validate(config, checkpoints, width, root, *extra):
+    """`lmc validate` of the study config ``config`` on ``checkpoints`` of the tiny study."""
+    from tests.studies.conftest import CONFIGS
+
+    main(
+        [
+            "validate",
+            "-c",
+            str(CONFIGS / "studies" / config),
+            f"--model.init_args.checkpoints=[{', '.join(map(str, checkpoints))}]",
+            f"--{WIDTH}={width}",
+            f"--trainer.default_root_dir={root}",
+            *TINY_DATA,
+            *extra,
+        ]
+    )
+
+
 def test_a_merge_that_diverged_is_noted(tiny_run, tmp_path, monkeypatch, caplog):
     """Issue 46: a NaN merged state exited 0 with no note."""
     import torch
 
     from lmc.merging import MERGE_METHODS, Merged
-    from tests.studies.conftest import CONFIGS
 
     def nan_average(inputs, **_):
         return Merged({k: torch.full_like(v, float("nan")) for k, v in inputs.states[0].items()})
 
     monkeypatch.setitem(MERGE_METHODS._entries, "nan_average", nan_average)
-    store = StudyStore(tiny_run[1])
-    width = store.plan()[0]["coordinates"][WIDTH]
-    runs = [
-        store.run_dir(j)
-        for j in store.plan()
-        if j["stage"] == "train" and j["coordinates"][WIDTH] == width
-    ]
+    width, runs = _pair(tiny_run)
     with caplog.at_level("INFO"):
-        main(
-            [
-                "validate",
-                "-c",
-                str(CONFIGS / "studies" / "teacher_student_merge.yaml"),
-                f"--model.init_args.checkpoints=[{runs[0]}, {runs[1]}]",
-                "--model.init_args.methods=[naive, nan_average]",
-                f"--{WIDTH}={width}",
-                f"--trainer.default_root_dir={tmp_path}",
-                *TINY_DATA,
-            ]
+        _validate(
+            "teacher_student_merge.yaml",
+            runs,
+            width,
+            tmp_path,
+            "--model.init_args.methods=[naive, nan_average]",
         )
     assert "note: nan_average n=2: the merged model has non-finite weights" in caplog.text
     assert "note: naive" not in caplog.text
@@ -347,28 +361,15 @@ def test_a_merge_method_registered_in_user_code_runs_from_the_lmc_command(tmp_pa
 def test_a_barrier_by_hand_on_other_data_than_its_models_learned_warns(tiny_run, tmp_path):
     """Issue 46: `lmc validate` between students of one teacher on another teacher's data gave
     numbers without a word; it may be the point (a shifted test set), so it warns."""
-    from tests.studies.conftest import CONFIGS
-
-    store = StudyStore(tiny_run[1])
-    width = store.plan()[0]["coordinates"][WIDTH]
-    runs = [
-        store.run_dir(j)
-        for j in store.plan()
-        if j["stage"] == "train" and j["coordinates"][WIDTH] == width
-    ]
+    width, runs = _pair(tiny_run)
     with pytest.warns(UserWarning, match=r"data\.init_args\.teacher_width: 6 here, 4 in training"):
-        main(
-            [
-                "validate",
-                "-c",
-                str(CONFIGS / "studies" / "teacher_student_barrier.yaml"),
-                f"--model.init_args.checkpoints=[{runs[0]}, {runs[1]}]",
-                f"--{WIDTH}={width}",
-                "--data.init_args.teacher_width=6",
-                "--model.init_args.evaluation.num_alphas=3",
-                f"--trainer.default_root_dir={tmp_path}",
-                *TINY_DATA,
-            ]
+        _validate(
+            "teacher_student_barrier.yaml",
+            runs,
+            width,
+            tmp_path,
+            "--data.init_args.teacher_width=6",
+            "--model.init_args.evaluation.num_alphas=3",
         )
 
 
@@ -377,29 +378,16 @@ def test_a_barrier_with_a_diverged_endpoint_says_so(tiny_run, tmp_path, caplog):
     inf) gave 'loss nan naive -> nan matched' and exit 0 without a word."""
     import torch
 
-    from tests.studies.conftest import CONFIGS
-
-    store = StudyStore(tiny_run[1])
-    width = store.plan()[0]["coordinates"][WIDTH]
-    runs = [
-        store.run_dir(j)
-        for j in store.plan()
-        if j["stage"] == "train" and j["coordinates"][WIDTH] == width
-    ]
+    width, runs = _pair(tiny_run)
     ckpt = torch.load(runs[0] / "checkpoints" / "last.ckpt", weights_only=True)
     ckpt["state_dict"] = {k: v * 1e25 for k, v in ckpt["state_dict"].items()}
     torch.save(ckpt, tmp_path / "diverged.ckpt")
     with caplog.at_level("INFO"):
-        main(
-            [
-                "validate",
-                "-c",
-                str(CONFIGS / "studies" / "teacher_student_barrier.yaml"),
-                f"--model.init_args.checkpoints=[{tmp_path / 'diverged.ckpt'}, {runs[1]}]",
-                f"--{WIDTH}={width}",
-                "--model.init_args.evaluation.num_alphas=3",
-                f"--trainer.default_root_dir={tmp_path}",
-                *TINY_DATA,
-            ]
+        _validate(
+            "teacher_student_barrier.yaml",
+            [tmp_path / "diverged.ckpt", runs[1]],
+            width,
+            tmp_path,
+            "--model.init_args.evaluation.num_alphas=3",
         )
     assert "note: an endpoint's loss is not finite (a run that diverged?)" in caplog.text
