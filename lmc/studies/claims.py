@@ -58,21 +58,42 @@ Example::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from lmc.studies.schema import NAME_PATTERN, Study, StudyError
 
-TESTS = ("difference", "ordering", "trend", "fit")
+TESTS = ("difference", "equivalent", "ordering", "trend", "fit")
 EXPECT = {
     "difference": ("greater", "less"),
+    "equivalent": ("equal",),
     "ordering": ("descending", "ascending"),
     "trend": ("increasing", "decreasing", "peaked", "valley"),
     "fit": ("increasing", "decreasing"),
 }
 FIT_MODELS = ("exp", "linear")
 TEMPLATE = "{x}"
+SCALES = ("raw", "log")
+#: metrics that are never below 0 (``fnmatch`` patterns): losses, barriers, accuracies,
+#: distances, norms, ratios. ``scale: log`` is for these only (a barrier of exactly 0 is left
+#: out of a log-scale claim and counted), and an absolute fall larger than such a metric's
+#: starting value is out of reach (:func:`lmc.studies.inference.reachable`).
+NONNEGATIVE = (
+    "*loss*",
+    "*barrier*",
+    "*acc*",
+    "*distance*",
+    "*norm*",
+    "*ratio*",
+    "*overlap*",
+    "*sparsity*",
+    "*error*",
+    "*pq*",
+)
+#: names of signed quantities, never non-negative whatever else they hold (a loss gap)
+SIGNED = ("*gap*", "*delta*", "*diff*", "*slope*", "*change*", "*log*")
 _CLAIM_KEYS = (
     "name",
     "claim",
@@ -94,7 +115,38 @@ _CLAIM_KEYS = (
     "y",
     "model",
     "min_r2",
+    "scale",
+    "margin",
 )
+
+
+def nonnegative(metric: str) -> bool:
+    """Whether ``metric`` names a quantity that is never below 0 (:data:`NONNEGATIVE`)."""
+    from fnmatch import fnmatchcase
+
+    name = metric.lower()
+    if any(fnmatchcase(name, p) for p in SIGNED):
+        return False
+    return any(fnmatchcase(name, p) for p in NONNEGATIVE)
+
+
+def _effect(value: Any, at: str, what: str = "effect") -> tuple[float | None, float | None]:
+    """``(absolute, relative)`` of a claim's ``effect`` (or ``margin``): a number in the
+    metric's own units, or a relative change ``"-60%"`` of ``a`` against ``b``."""
+    if value is None:
+        return None, None
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            rel = float(value.strip()[:-1]) / 100
+        except ValueError:
+            rel = math.nan
+        if not math.isfinite(rel) or rel <= -1:
+            raise StudyError(
+                f"{at}.{what} {value!r} is not a relative change above -100 %: write e.g. "
+                f"'-60%' (a falls to 40 % of b) or '+25%'"
+            )
+        return None, rel
+    return _number(value, f"{at}.{what}"), None
 
 
 @dataclass(frozen=True)
@@ -129,6 +181,14 @@ class Claim:
     y: str | None = None
     model: str = "exp"
     min_r2: float | None = None
+    #: ``raw`` or ``log``: a log-scale claim compares ``log`` of its metric (a difference is a
+    #: fold change ``a / b``, a slope is of ``log y``)
+    scale: str = "raw"
+    #: the paper's effect as a relative change of ``a`` against ``b`` (``"-60%"`` -> -0.6)
+    effect_relative: float | None = None
+    #: an equivalence claim's margin: in the metric's units, or relative (``margin_relative``)
+    margin: float | None = None
+    margin_relative: float | None = None
 
     @property
     def metrics(self) -> dict[str, set[str]]:
@@ -298,6 +358,8 @@ def parse_claims(
                 raise StudyError(
                     f"unknown key {key!r} in {at}; valid keys: {', '.join(_CLAIM_KEYS)}"
                 )
+        if raw.get("test") == "equivalent":
+            raw = {"expect": "equal", **raw}
         for key in ("name", "claim", "source", "test", "expect"):
             if key not in raw:
                 raise StudyError(f"{at} needs the key {key!r}")
@@ -365,12 +427,54 @@ def _claim(
         return Cell(stage, metric, where)
 
     x, x_values, peak = raw.get("x"), tuple(raw.get("x_values") or ()), raw.get("peak")
-    effect = raw.get("effect")
-    if effect is not None:
-        effect = _number(effect, f"{at}.effect")
-    if test in ("difference",):
+    effect, effect_relative = _effect(raw.get("effect"), at)
+    margin, margin_relative = _effect(raw.get("margin"), at, "margin")
+    scale = raw.get("scale", "raw")
+    if scale not in SCALES:
+        raise StudyError(
+            f"{at}: scale {scale!r}; valid scales: raw, log (log for positive quantities such "
+            "as barriers and losses: a difference is then a fold change)"
+        )
+    if test == "equivalent":
+        if margin is None and margin_relative is None:
+            raise StudyError(
+                f"{at}: an equivalent claim needs a `margin`, the largest difference that "
+                "still counts as equal: a number in the metric's units (margin: 0.01) or "
+                "relative (margin: '10%'); two one-sided tests then decide"
+            )
+        if (
+            margin is not None
+            and margin <= 0
+            or margin_relative is not None
+            and margin_relative <= 0
+        ):
+            raise StudyError(f"{at}.margin must be above 0, got {raw['margin']!r}")
+        if scale == "log" and margin is not None:
+            raise StudyError(
+                f"{at}: on scale: log the margin is a fold change: give it relative "
+                f"(margin: '10%'), not in the metric's units ({raw['margin']!r})"
+            )
+    elif "margin" in raw:
+        raise StudyError(f"{at}: `margin` belongs to an equivalent claim, not a {test} claim")
+    if effect_relative is not None and test != "difference":
+        raise StudyError(
+            f"{at}: a relative effect ({raw['effect']!r}) is a change of a against b: it fits "
+            f"a difference claim; give a {test} claim's effect in the units of its estimate"
+        )
+    if effect is not None and scale == "log":
+        raise StudyError(
+            f"{at}: on scale: log the effect is a fold change: give it relative "
+            f"(effect: '-60%'), not in the metric's units ({raw['effect']!r})"
+        )
+    if test == "equivalent" and raw.get("effect") is not None:
+        raise StudyError(f"{at}: an equivalent claim has a margin, not an effect")
+    if scale == "log" and test == "fit":
+        raise StudyError(
+            f"{at}: a fit claim has no scale: model: exp already fits log y (model: linear y)"
+        )
+    if test in ("difference", "equivalent"):
         if "a" not in raw or "b" not in raw:
-            raise StudyError(f"{at}: a difference claim needs cells `a` and `b`")
+            raise StudyError(f"{at}: a {test} claim needs cells `a` and `b`")
         cells = (cell(raw["a"], f"{at}.a", set()), cell(raw["b"], f"{at}.b", set()))
         _distinct(cells, at, "a and b")
     elif test == "ordering":
@@ -440,6 +544,18 @@ def _claim(
                 f"{at}: replicate {key!r} is not a coordinate of stage {stage!r}; its keys: "
                 f"{', '.join(values[stage])}"
             )
+    if scale == "log":
+        for c in cells:
+            metrics = {c.metric}
+            if TEMPLATE in c.metric:
+                metrics = {c.metric.replace(TEMPLATE, str(v)) for v in x_values}
+            for metric in sorted(metrics):
+                if not nonnegative(metric):
+                    raise StudyError(
+                        f"{at} reads {metric!r} on scale: log, but {metric!r} can be 0 or "
+                        "below (scale: log is for quantities above 0: losses, barriers, "
+                        "accuracies, distances, norms, ratios); use scale: raw"
+                    )
     return Claim(
         name=name,
         claim=str(raw["claim"]),
@@ -456,6 +572,10 @@ def _claim(
         y=raw.get("y"),
         model=raw.get("model", "exp"),
         min_r2=min_r2,
+        scale=scale,
+        effect_relative=effect_relative,
+        margin=margin,
+        margin_relative=margin_relative,
     )
 
 

@@ -62,9 +62,20 @@ def hashable(value: Any) -> Any:
     return value
 
 
+def endpoints(job: dict[str, Any]) -> str:
+    """The models a job's metrics were measured on, as space-separated job ids: an evaluate
+    job's inputs (the trained models it selects), else the job itself (a training, a member of
+    a population, a spawned child). Two replicates that share one are not independent
+    (:mod:`lmc.studies.verdicts`)."""
+    if job.get("inputs") and job.get("spawn_epoch") is None and job.get("command") != "member":
+        return " ".join(job["inputs"])
+    return str(job["id"])
+
+
 def results(root: str | Path) -> pd.DataFrame:
     """The study folder ``root``'s results: columns ``stage``, ``job``, the grid keys,
-    ``metric``, ``value``; one row per done job and metric (pending and failed jobs have none).
+    ``endpoints`` (:func:`endpoints`), ``metric``, ``value``; one row per done job and metric
+    (pending and failed jobs have none).
     List-valued coordinates (a merge's members) are tuples, so the table groups by any column
     (within a stage; across stages ``groupby(..., sort=False)``, as ints and tuples do not sort
     together).
@@ -85,8 +96,9 @@ def results(root: str | Path) -> pd.DataFrame:
                     "stage": job["stage"],
                     "job": job["id"],
                     **coords,
+                    "endpoints": endpoints(job),
                     "metric": metric,
                     "value": value,
                 }
             )
-    return pd.DataFrame(rows, columns=["stage", "job", *keys, "metric", "value"])
+    return pd.DataFrame(rows, columns=["stage", "job", *keys, "endpoints", "metric", "value"])

@@ -81,6 +81,11 @@ def checked_plan(
     )
     if study.claims:  # against what each stage's jobs will report
         check_claim_metrics(study.claims, produced)
+        if log is not None:
+            from lmc.studies.verdicts import sharing_warnings
+
+            for line in sharing_warnings(study.claims, [job.to_json() for job in jobs]):
+                log(line)
     check_figure_metrics(study.figures, produced)
     return jobs
 

@@ -12,23 +12,23 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from lmc.studies import inference
 from lmc.studies.aggregate import cell_key
 from lmc.studies.claims import (
     TEMPLATE,
     Cell,
     Claim,
     check_claim_metrics,
+    nonnegative,
     parse_claims,
     plan_ties,
     plan_values,
     same_value,
 )
 
-CONFIDENCE = 0.95
+CONFIDENCE = inference.CONFIDENCE
 VERDICTS = ("reproduced", "contradicted", "inconclusive")
-MAX_REPLICATES = 100_000
 
 
 @dataclass
@@ -51,6 +51,12 @@ class ClaimResult:
     n_needed: float | None = None
     detail: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: ``raw`` or ``log``: on ``log`` the estimate and interval are of ``log`` values (a
+    #: difference's ``exp`` is the fold change ``a / b``)
+    scale: str = "raw"
+    #: how the replicates were analysed: independent, or the disjoint ones of a design whose
+    #: replicates share endpoints
+    design: str = "independent replicates"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -59,41 +65,33 @@ class ClaimResult:
 # ------------------------------------------------------------------------------- statistics
 
 
-def _t(n_df: int) -> float:
-    return float(stats.t.ppf((1 + CONFIDENCE) / 2, n_df))
-
-
 def verdict(lo: float, hi: float, sign: int, effect: float | None) -> str:
-    """The verdict of an interval ``[lo, hi]`` for an effect expected on the side ``sign``
-    (+1: positive) of 0, with the paper's ``effect`` (or ``None``)."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return "inconclusive"
-    if sign * lo > 0 and sign * hi > 0:
-        return "reproduced"
-    if sign * lo < 0 and sign * hi < 0:
-        return "contradicted"
-    if effect is not None and not lo <= effect <= hi:
-        return "contradicted"
-    return "inconclusive"
+    """The verdict of an interval (:func:`lmc.studies.inference.verdict`)."""
+    return inference.verdict(lo, hi, sign, effect)
 
 
 def replicates_needed(
     estimate: float, spread: float, effect: float | None, df_offset: int = 1
 ) -> float:
-    """The smallest number of replicates ``n`` whose interval ``± t_{n-df_offset} spread /
-    sqrt(n)`` at the observed ``estimate`` excludes 0, or the paper's ``effect`` if that is
-    farther (``inf`` when neither can be excluded, NaN without a spread)."""
-    if not (math.isfinite(estimate) and math.isfinite(spread)) or spread <= 0:
+    """The replicates that resolve a claim at 80 % power (two-sided 5 %): those that find the
+    observed ``estimate``'s distance from 0, or from the paper's ``effect`` if that is farther
+    (:func:`lmc.studies.inference.replicates_needed`)."""
+    if not math.isfinite(estimate):
         return math.nan
     distance = abs(estimate)
     if effect is not None:
         distance = max(distance, abs(estimate - effect))
-    if distance == 0:
-        return math.inf
-    for n in range(df_offset + 1, MAX_REPLICATES):
-        if _t(n - df_offset) * spread / math.sqrt(n) < distance:
-            return float(n)
-    return math.inf
+    return inference.replicates_needed(distance, spread, df_offset)
+
+
+@dataclass
+class Values:
+    """A cell's values by replicate, on the claim's scale, with the models (train job ids) each
+    replicate's value was measured on, and how many values ``log`` left out (``<= 0``)."""
+
+    series: pd.Series
+    ends: dict[Any, frozenset[str]]
+    left_out: int = 0
 
 
 def _cell_rows(table: pd.DataFrame, cell: Cell) -> pd.DataFrame:
@@ -108,7 +106,18 @@ def _cell_rows(table: pd.DataFrame, cell: Cell) -> pd.DataFrame:
     return rows
 
 
-def _cell_values(table: pd.DataFrame, cell: Cell, replicate: str | None) -> pd.Series:
+def _ends(row: Mapping[str, Any]) -> frozenset[str]:
+    """The models a row's value was measured on: its ``endpoints`` (space-separated train job
+    ids, :func:`with_endpoints`), else its own job."""
+    ends = row.get("endpoints")
+    if isinstance(ends, str) and ends.strip():
+        return frozenset(ends.split())
+    return frozenset([str(row["job"])])
+
+
+def _cell_values(
+    table: pd.DataFrame, cell: Cell, replicate: str | None, scale: str = "raw"
+) -> Values:
     """The values of ``cell`` indexed by replicate (the row's job id without one)."""
     rows = _cell_rows(table, cell)
     values = pd.to_numeric(rows["value"], errors="coerce").to_numpy(dtype=float)
@@ -117,50 +126,113 @@ def _cell_values(table: pd.DataFrame, cell: Cell, replicate: str | None) -> pd.S
         if replicate and replicate in rows.columns
         else list(rows["job"])
     )
-    series = pd.Series(values, index=index, dtype=float)
-    series = series[np.isfinite(series.to_numpy())]
-    return series[~series.index.duplicated(keep="first")]
+    records = rows.to_dict("records")
+    left_out = 0
+    if scale == "log":
+        positive = values > 0
+        left_out = int((np.isfinite(values) & ~positive).sum())
+        values = np.where(positive, np.log(np.where(positive, values, 1.0)), np.nan)
+    keep = np.isfinite(values)
+    series = pd.Series(values[keep], index=[i for i, k in zip(index, keep) if k], dtype=float)
+    ends = {i: _ends(r) for i, r, k in zip(index, records, keep) if k}
+    series = series[~series.index.duplicated(keep="first")]
+    return Values(series, ends, left_out)
+
+
+def independent(ends: Mapping[Any, frozenset[str]]) -> list[Any]:
+    """The replicates kept for an analysis that assumes independent ones: in order, each whose
+    models none kept before it shares (all of them when no two share a model; one per
+    reference in a design that pairs one reference with every other seed)."""
+    kept, used = [], set()
+    for key, models in ends.items():
+        if not models & used:
+            kept.append(key)
+            used |= models
+    return kept
+
+
+def shared_replicates(claim: Claim, plan: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """``(kept, all)``: how many of the claim's replicates in ``plan`` (``plan.json``'s jobs)
+    have disjoint models, of all of them; ``kept < all`` when they share endpoints (a
+    reference paired with every other seed), which ``lmc study plan`` warns about."""
+    from lmc.studies.results import endpoints
+
+    ends: dict[Any, frozenset[str]] = {}
+    for cell in claim.cells:
+        replicate = None if claim.test == "fit" else claim.replicate.get(cell.stage)
+        for job in plan:
+            coords = job["coordinates"]
+            if job["stage"] != cell.stage or not all(
+                k in coords and same_value(coords[k], v) for k, v in cell.where.items()
+            ):
+                continue
+            key = cell_key(coords.get(replicate)) if replicate else job["id"]
+            ends[key] = ends.get(key, frozenset()) | frozenset(endpoints(job).split())
+    return len(independent(ends)), len(ends)
+
+
+def sharing_warnings(claims: Sequence[Claim], plan: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per claim whose replicates share models (:func:`shared_replicates`)."""
+    lines = []
+    for claim in claims:
+        kept, total = shared_replicates(claim, plan)
+        if kept < total:
+            lines.append(
+                f"warning: claim {claim.name!r}: its {total} replicates share models (e.g. one "
+                f"reference in every pair), so only {kept} of them are independent and its verdict "
+                "rests on those; pairs with `reference: consecutive` (disjoint pairs 0-1, 2-3, "
+                "...) or trials over disjoint seeds make every replicate count"
+            )
+    return lines
+
+
+def _design(n_all: int, n_kept: int) -> str:
+    if n_kept == n_all:
+        return "independent replicates"
+    return (
+        f"shared endpoints: {n_kept} of {n_all} replicates kept, those with disjoint models (the "
+        "others share a model with a kept one, so their errors are not independent)"
+    )
 
 
 def _difference(
-    a: pd.Series, b: pd.Series, sign: int, effect: float | None
+    a: Values, b: Values, sign: int, effect: float | None
 ) -> tuple[dict[str, Any], str]:
     """``a - b``: paired over shared replicates when both cells have the same ones, else
-    Welch's interval of the difference of means."""
-    shared = [i for i in a.index if i in b.index]
-    if shared and len(shared) == len(a) == len(b):
-        d = a[shared].to_numpy() - b[shared].to_numpy()
-        n = len(d)
-        mean = float(d.mean())
-        sd = float(d.std(ddof=1)) if n >= 2 else math.nan
-        half = _t(n - 1) * sd / math.sqrt(n) if n >= 2 else math.nan
-        spread, how = sd, "paired"
+    Welch's interval of the difference of means; over replicates with disjoint models."""
+    shared = [i for i in a.series.index if i in b.series.index]
+    if shared and len(shared) == len(a.series) == len(b.series):
+        ends = {i: a.ends[i] | b.ends[i] for i in shared}
+        kept = independent(ends)
+        d = a.series[kept].to_numpy() - b.series[kept].to_numpy()
+        interval = inference.mean_interval(d)
+        how = "paired"
     else:
-        na, nb = len(a), len(b)
-        n = min(na, nb)
-        mean = float(a.mean() - b.mean()) if na and nb else math.nan
-        if na >= 2 and nb >= 2:
-            va, vb = float(a.var(ddof=1)) / na, float(b.var(ddof=1)) / nb
-            se = math.sqrt(va + vb)
-            den = (va**2 / (na - 1) + vb**2 / (nb - 1)) if va + vb > 0 else 0.0
-            df = (va + vb) ** 2 / den if den > 0 else na + nb - 2
-            half = float(stats.t.ppf((1 + CONFIDENCE) / 2, df)) * se
-            spread = math.sqrt(float(a.var(ddof=1)) + float(b.var(ddof=1)))
-        else:
-            half = spread = math.nan
+        ends = {("a", i): a.ends[i] for i in a.series.index}
+        ends |= {("b", i): b.ends[i] for i in b.series.index}
+        kept = independent(ends)
+        xa = a.series[[i for s, i in kept if s == "a"]].to_numpy()
+        xb = b.series[[i for s, i in kept if s == "b"]].to_numpy()
+        interval = inference.welch_interval(xa, xb)
         how = "unpaired (Welch)"
-    lo, hi = mean - half, mean + half
-    return (
-        {
-            "estimate": mean,
-            "ci_low": lo,
-            "ci_high": hi,
-            "n": n,
-            "verdict": verdict(lo, hi, sign, effect),
-            "n_needed": replicates_needed(mean, spread, effect),
-        },
-        how,
-    )
+    return _stat(interval, sign, effect, len(ends), len(kept)), how
+
+
+def _stat(
+    interval: inference.Interval, sign: int, effect: float | None, n_all: int, n_kept: int
+) -> dict[str, Any]:
+    result = verdict(interval.lo, interval.hi, sign, effect)
+    return {
+        "estimate": interval.estimate,
+        "ci_low": interval.lo,
+        "ci_high": interval.hi,
+        "n": interval.n,
+        "verdict": result,
+        "n_needed": replicates_needed(interval.estimate, interval.spread, effect)
+        if result == "inconclusive"
+        else None,
+        "design": _design(n_all, n_kept),
+    }
 
 
 def _all_of(parts: list[dict[str, Any]], sign: int) -> dict[str, Any]:
@@ -178,43 +250,140 @@ def _all_of(parts: list[dict[str, Any]], sign: int) -> dict[str, Any]:
         parts, key=lambda p: sign * p["ci_low"] if math.isfinite(p["ci_low"]) else -math.inf
     )
     needed = [p["n_needed"] for p in parts if p["verdict"] == "inconclusive"]
-    return {**weakest, "verdict": overall, "n_needed": max(needed) if needed else None}
+    designs = [p["design"] for p in parts if p.get("design") != "independent replicates"]
+    return {
+        **weakest,
+        "verdict": overall,
+        "n_needed": max(needed) if needed else None,
+        "design": designs[0] if designs else "independent replicates",
+    }
 
 
-def _mean_text(series: pd.Series) -> str:
-    return f"{series.mean():.4g} (n={len(series)})" if len(series) else "no values"
+def _mean_text(values: Values, scale: str = "raw") -> str:
+    series = values.series
+    if not len(series):
+        return "no values"
+    mean = f"{series.mean():.4g}"
+    if scale == "log":  # the geometric mean
+        mean = f"{math.exp(series.mean()):.4g} (geometric)"
+    out = f"{mean} (n={len(series)})"
+    if values.left_out:
+        out += f"; {values.left_out} values <= 0 left out"
+    return out
+
+
+def _paper_effect(claim: Claim, b: Values) -> tuple[float | None, str]:
+    """The paper's effect in the units of the claim's estimate, or ``None`` where it has none
+    or it is out of reach (with the reason)."""
+    sign = 1 if claim.expect in ("greater", "descending", "increasing", "peaked") else -1
+    if claim.effect_relative is not None:
+        if claim.scale == "log":
+            return math.log1p(claim.effect_relative), ""
+        start = float(b.series.mean()) if len(b.series) else math.nan
+        return claim.effect_relative * start, ""
+    if claim.effect is None:
+        return None, ""
+    start = float(b.series.mean()) if len(b.series) else math.nan
+    bounded = claim.test == "difference" and (
+        nonnegative(claim.cells[-1].metric) or bool(len(b.series) and (b.series >= 0).all())
+    )
+    if claim.test == "difference" and not inference.reachable(claim.effect, sign, start, bounded):
+        return None, (
+            f"; the paper's effect {claim.effect:.4g} is out of reach here (b's mean is "
+            f"{start:.4g} and the quantity is never below 0): judged on the direction alone"
+        )
+    return claim.effect, ""
 
 
 def _evaluate_difference(claim: Claim, table: pd.DataFrame) -> ClaimResult:
     sign = 1 if claim.expect in ("greater", "descending") else -1
-    a, b = (_cell_values(table, c, claim.replicate.get(c.stage)) for c in claim.cells)
-    stat, how = _difference(a, b, sign, claim.effect)
+    a, b = (_cell_values(table, c, claim.replicate.get(c.stage), claim.scale) for c in claim.cells)
+    effect, note = _paper_effect(claim, b)
+    stat, how = _difference(a, b, sign, effect)
+    what = "log a - log b" if claim.scale == "log" else "a - b"
     detail = (
-        f"a = {claim.cells[0].label()}: {_mean_text(a)}; b = {claim.cells[1].label()}: "
-        f"{_mean_text(b)}; a - b {how}"
+        f"a = {claim.cells[0].label()}: {_mean_text(a, claim.scale)}; b = "
+        f"{claim.cells[1].label()}: {_mean_text(b, claim.scale)}; {what} {how}{note}"
     )
-    return _result(claim, stat, detail)
+    return _result(claim, stat, detail, effect=effect)
+
+
+def _evaluate_equivalent(claim: Claim, table: pd.DataFrame) -> ClaimResult:
+    a, b = (_cell_values(table, c, claim.replicate.get(c.stage), claim.scale) for c in claim.cells)
+    if claim.margin_relative is not None:
+        margin = (
+            math.log1p(claim.margin_relative)
+            if claim.scale == "log"
+            else claim.margin_relative * abs(float(b.series.mean()))
+            if len(b.series)
+            else math.nan
+        )
+    else:
+        margin = float(claim.margin)  # type: ignore[arg-type]
+    stat, how = _difference(a, b, 1, None)
+    # the same replicates' 90 % interval: two one-sided tests at 5 % each
+    shared = [i for i in a.series.index if i in b.series.index]
+    if how == "paired":
+        kept = independent({i: a.ends[i] | b.ends[i] for i in shared})
+        inner = inference.mean_interval(
+            a.series[kept].to_numpy() - b.series[kept].to_numpy(), 1 - 2 * (1 - CONFIDENCE)
+        )
+    else:
+        inner = inference.welch_interval(
+            a.series.to_numpy(), b.series.to_numpy(), 1 - 2 * (1 - CONFIDENCE)
+        )
+    outer = inference.Interval(stat["estimate"], stat["ci_low"], stat["ci_high"], stat["n"])
+    stat["verdict"] = (
+        inference.equivalence_verdict(outer, inner, margin)
+        if math.isfinite(margin)
+        else "inconclusive"
+    )
+    est = abs(stat["estimate"])
+    spread = inner.spread
+    stat["n_needed"] = (
+        None
+        if stat["verdict"] != "inconclusive"
+        else inference.replicates_needed(margin - est, spread, one_sided=True)
+        if est < margin
+        else inference.replicates_needed(est - margin, spread)
+    )
+    what = "log a - log b" if claim.scale == "log" else "a - b"
+    detail = (
+        f"a = {claim.cells[0].label()}: {_mean_text(a, claim.scale)}; b = "
+        f"{claim.cells[1].label()}: {_mean_text(b, claim.scale)}; {what} {how}, margin "
+        f"±{margin:.4g}, 90 % interval [{inner.lo:.4g}, {inner.hi:.4g}] (two one-sided tests)"
+    )
+    return _result(claim, stat, detail, {"margin": margin})
 
 
 def _evaluate_ordering(claim: Claim, table: pd.DataFrame) -> ClaimResult:
     sign = 1 if claim.expect == "descending" else -1
-    series = [_cell_values(table, c, claim.replicate.get(c.stage)) for c in claim.cells]
+    series = [
+        _cell_values(table, c, claim.replicate.get(c.stage), claim.scale) for c in claim.cells
+    ]
     pairs = [_difference(series[i], series[i + 1], sign, None)[0] for i in range(len(series) - 1)]
     stat = _all_of(pairs, sign)
-    detail = "; ".join(f"{c.label()}: {_mean_text(s)}" for c, s in zip(claim.cells, series))
+    detail = "; ".join(
+        f"{c.label()}: {_mean_text(s, claim.scale)}" for c, s in zip(claim.cells, series)
+    )
     return _result(claim, stat, detail)
 
 
-def _trend_matrix(claim: Claim, table: pd.DataFrame) -> tuple[list[Any], pd.DataFrame]:
-    """Rows: replicates; columns: x values; the metric per cell."""
+def _trend_matrix(
+    claim: Claim, table: pd.DataFrame
+) -> tuple[list[Any], pd.DataFrame, dict[Any, frozenset[str]], int]:
+    """Rows: replicates; columns: x values; the metric per cell (on the claim's scale); the
+    models each replicate's row was measured on; the values ``log`` left out."""
     cell = claim.cells[0]
     replicate = claim.replicate.get(cell.stage)
-    columns = {}
+    columns: dict[Any, Values] = {}
     if TEMPLATE in cell.metric:
         axis = list(claim.x_values)
         for v in axis:
             metric = cell.metric.replace(TEMPLATE, str(v))
-            columns[v] = _cell_values(table, Cell(cell.stage, metric, cell.where), replicate)
+            columns[v] = _cell_values(
+                table, Cell(cell.stage, metric, cell.where), replicate, claim.scale
+            )
     else:
         if claim.x_values:
             axis = sorted(float(v) for v in claim.x_values)
@@ -223,42 +392,45 @@ def _trend_matrix(claim: Claim, table: pd.DataFrame) -> tuple[list[Any], pd.Data
             axis = sorted({float(v) for v in xs})
         for v in axis:
             columns[v] = _cell_values(
-                table, Cell(cell.stage, cell.metric, {**cell.where, claim.x: v}), replicate
+                table,
+                Cell(cell.stage, cell.metric, {**cell.where, claim.x: v}),
+                replicate,
+                claim.scale,
             )
-    frame = pd.DataFrame(columns)
-    return axis, frame
+    frame = pd.DataFrame({v: c.series for v, c in columns.items()})
+    ends: dict[Any, frozenset[str]] = {}
+    for c in columns.values():
+        for i, models in c.ends.items():
+            ends[i] = ends.get(i, frozenset()) | models
+    return axis, frame, ends, sum(c.left_out for c in columns.values())
 
 
 def _evaluate_trend(claim: Claim, table: pd.DataFrame) -> ClaimResult:
-    axis, frame = _trend_matrix(claim, table)
+    axis, frame, ends, left_out = _trend_matrix(claim, table)
     means = frame.mean(axis=0)
-    text = ", ".join(f"{x}: {m:.4g}" for x, m in means.items())
+    shown = means.map(math.exp) if claim.scale == "log" else means
+    text = ", ".join(f"{x}: {m:.4g}" for x, m in shown.items())
+    if claim.scale == "log":
+        text = f"geometric means {text}"
+    else:
+        text = f"means {text}"
+    if left_out:
+        text += f"; {left_out} values <= 0 left out"
     complete = frame.dropna()
+    kept = independent({i: ends[i] for i in complete.index})
+    of = "log y" if claim.scale == "log" else "y"
     if claim.expect in ("increasing", "decreasing"):
         sign = 1 if claim.expect == "increasing" else -1
         xs = np.asarray([float(x) for x in axis])
-        slopes = [
-            float(np.polyfit(xs, row.to_numpy(dtype=float), 1)[0]) for _, row in complete.iterrows()
-        ]
-        n = len(slopes)
-        mean = float(np.mean(slopes)) if n else math.nan
-        sd = float(np.std(slopes, ddof=1)) if n >= 2 else math.nan
-        half = _t(n - 1) * sd / math.sqrt(n) if n >= 2 else math.nan
-        lo, hi = mean - half, mean + half
-        stat = {
-            "estimate": mean,
-            "ci_low": lo,
-            "ci_high": hi,
-            "n": n,
-            "verdict": verdict(lo, hi, sign, claim.effect),
-            "n_needed": replicates_needed(mean, sd, claim.effect),
-        }
-        return _result(claim, stat, f"slope per replicate over x = {claim.x}; means {text}")
+        slopes = [float(np.polyfit(xs, complete.loc[i].to_numpy(dtype=float), 1)[0]) for i in kept]
+        interval = inference.mean_interval(slopes)
+        stat = _stat(interval, sign, claim.effect, len(complete), len(kept))
+        return _result(claim, stat, f"slope of {of} per replicate over x = {claim.x}; {text}")
     sign = 1 if claim.expect == "peaked" else -1
     interior = list(axis[1:-1])
     if len(axis) < 3 or not len(frame) or means.reindex(axis).isna().any():
         stat = {"n": 0, "verdict": "inconclusive", "n_needed": math.nan}
-        return _result(claim, stat, f"not every x has results yet; means {text}")
+        return _result(claim, stat, f"not every x has results yet; {text}")
     if claim.peak is not None:
         top = next(x for x in interior if same_value(x, claim.peak))
         chosen = "the paper's"
@@ -266,12 +438,17 @@ def _evaluate_trend(claim: Claim, table: pd.DataFrame) -> ClaimResult:
         inner = means[interior]
         top = inner.idxmax() if sign > 0 else inner.idxmin()
         chosen = "the interior mean's " + ("largest" if sign > 0 else "smallest")
-    ends = (axis[0], axis[-1])
-    parts = [_difference(frame[top].dropna(), frame[e].dropna(), sign, None)[0] for e in ends]
+    ends_x = (axis[0], axis[-1])
+
+    def column(x: Any) -> Values:
+        series = frame[x].dropna()
+        return Values(series, {i: ends[i] for i in series.index})
+
+    parts = [_difference(column(top), column(e), sign, None)[0] for e in ends_x]
     stat = _all_of(parts, sign)
     detail = (
-        f"peak x = {top} ({chosen}) against x = {ends[0]} and {ends[1]}, the weaker "
-        f"difference shown; means {text}"
+        f"peak x = {top} ({chosen}) against x = {ends_x[0]} and {ends_x[1]} ({of}), the weaker "
+        f"difference shown; {text}"
     )
     return _result(claim, stat, detail, {"peak_x": top})
 
@@ -280,9 +457,10 @@ def _evaluate_fit(claim: Claim, table: pd.DataFrame) -> ClaimResult:
     cell = claim.cells[0]
     ys = _cell_values(table, cell, None)
     xs = _cell_values(table, Cell(cell.stage, str(claim.x), cell.where), None)
-    shared = [j for j in ys.index if j in xs.index]
-    x = xs[shared].to_numpy(dtype=float)
-    y = ys[shared].to_numpy(dtype=float)
+    shared = [j for j in ys.series.index if j in xs.series.index]
+    kept = independent({j: ys.ends[j] | xs.ends[j] for j in shared})
+    x = xs.series[kept].to_numpy(dtype=float)
+    y = ys.series[kept].to_numpy(dtype=float)
     left_out = 0
     if claim.model == "exp":
         keep = y > 0
@@ -290,38 +468,36 @@ def _evaluate_fit(claim: Claim, table: pd.DataFrame) -> ClaimResult:
         x, y = x[keep], np.log(y[keep])
     n = len(x)
     sign = 1 if claim.expect == "increasing" else -1
+    design = _design(len(shared), len(kept))
     extra: dict[str, Any] = {"left_out": left_out, "jobs": len(shared)}
     if n < 3 or np.ptp(x) == 0:
         stat = {"estimate": math.nan, "n": n, "verdict": "inconclusive", "n_needed": math.nan}
-        return _result(claim, stat, f"{n} usable jobs: too few for a fit", extra)
-    fit = stats.linregress(x, y)
-    half = _t(n - 2) * float(fit.stderr)
-    lo, hi = float(fit.slope) - half, float(fit.slope) + half
-    r2 = float(fit.rvalue) ** 2
-    result = verdict(lo, hi, sign, claim.effect)
-    if claim.min_r2 is not None and result == "reproduced" and r2 < claim.min_r2:
-        result = "inconclusive"
-    spread = float(fit.stderr) * math.sqrt(n)
-    stat = {
-        "estimate": float(fit.slope),
-        "ci_low": lo,
-        "ci_high": hi,
-        "n": n,
-        "verdict": result,
-        "n_needed": replicates_needed(float(fit.slope), spread, claim.effect, df_offset=2),
-    }
-    extra.update({"intercept": float(fit.intercept), "r2": r2})
+        return _result(
+            claim, {**stat, "design": design}, f"{n} usable jobs: too few for a fit", extra
+        )
+    interval, intercept, r2 = inference.slope_interval(x, y)
+    stat = _stat(interval, sign, claim.effect, len(shared), len(kept))
+    if claim.min_r2 is not None and stat["verdict"] == "reproduced" and r2 < claim.min_r2:
+        stat["verdict"] = "inconclusive"
+    stat["n_needed"] = replicates_needed(interval.estimate, interval.spread, claim.effect, 2)
+    extra.update({"intercept": intercept, "r2": r2})
     form = "log y = a x + b" if claim.model == "exp" else "y = a x + b"
     detail = (
-        f"{form} over {n} jobs ({left_out} with y <= 0 left out): a = {fit.slope:.4g}, "
-        f"b = {fit.intercept:.4g}, R^2 = {r2:.3f}"
+        f"{form} over {n} jobs ({left_out} with y <= 0 left out): a = {interval.estimate:.4g}, "
+        f"b = {intercept:.4g}, R^2 = {r2:.3f}"
     )
     return _result(claim, stat, detail, extra)
 
 
 def _result(
-    claim: Claim, stat: Mapping[str, Any], detail: str, extra: dict[str, Any] | None = None
+    claim: Claim,
+    stat: Mapping[str, Any],
+    detail: str,
+    extra: dict[str, Any] | None = None,
+    effect: Any = "claim",
 ) -> ClaimResult:
+    """The claim's result; ``effect`` the paper's effect in the estimate's units as used (``None``
+    where it is out of reach), by default the claim's."""
     needed = stat.get("n_needed")
     if stat["verdict"] != "inconclusive":
         needed = None
@@ -337,15 +513,18 @@ def _result(
         ci_low=float(stat.get("ci_low", math.nan)),
         ci_high=float(stat.get("ci_high", math.nan)),
         n=int(stat.get("n", 0)),
-        effect=claim.effect,
+        effect=claim.effect if effect == "claim" else effect,
         n_needed=needed,
         detail=detail,
         extra=extra or {},
+        scale=claim.scale,
+        design=str(stat.get("design", "independent replicates")),
     )
 
 
 _EVALUATE = {
     "difference": _evaluate_difference,
+    "equivalent": _evaluate_equivalent,
     "ordering": _evaluate_ordering,
     "trend": _evaluate_trend,
     "fit": _evaluate_fit,

@@ -133,7 +133,15 @@ def test_a_folder_of_another_study_is_refused_unless_forced(tiny_run, tmp_path):
 def test_results_table(tiny_run):
     _, out = tiny_run
     table = results(out)
-    assert list(table.columns) == ["stage", "job", WIDTH, "seed_everything", "metric", "value"]
+    assert list(table.columns) == [
+        "stage",
+        "job",
+        WIDTH,
+        "seed_everything",
+        "endpoints",
+        "metric",
+        "value",
+    ]
     assert not table.duplicated(["job", "metric"]).any()
     train = table[table.stage == "train"]
     assert train.job.nunique() == 4 and {"train/loss", "test/loss"} <= set(train.metric)
