@@ -1,23 +1,55 @@
-"""The docs' Reproductions table is generated from the studies' claim results
-(docs/reproductions/claims.json): no number in it is typed by hand."""
+"""The docs' Reproductions table is recomputed from the studies' committed results
+(docs/reproductions/results/): no number in it is typed by hand and no verdict is read back; a
+forged verdict or a forged result fails the check."""
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 
-from benchmarks.reproductions import CLAIMS_JSON, PAGE, page_table, render
+import pytest
+
+import benchmarks.reproductions as reproductions
+from benchmarks.reproductions import CLAIMS_JSON, EVIDENCE, PAGE, page_table, render
+from lmc.studies import StudyError
 
 
-def test_the_docs_table_is_the_rendering_of_the_claim_results():
+def test_every_verdict_is_recomputed_from_the_committed_results(capsys):
+    reproductions.main(["--check"])  # exits 1 on any difference
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    figures = dict(item.split("=") for item in line.split())
+    assert int(figures["claims"]) > 0 and figures["recomputed_equal"] == figures["claims"]
     data = json.loads(CLAIMS_JSON.read_text())
-    assert data["schema"] == "lmc.reproductions" and data["studies"]
-    assert page_table(PAGE.read_text()) == render(data), (
-        "docs/reproductions.md's table differs from docs/reproductions/claims.json: "
-        "run `python benchmarks/reproductions.py` to regenerate it"
-    )
-    verdicts = {c["verdict"] for s in data["studies"] for c in s["claims"]}
-    assert verdicts <= {"reproduced", "contradicted", "inconclusive"}
+    assert page_table(PAGE.read_text()) == render(data)
+    for study in data["studies"]:  # each row says when, where and from what it ran
+        assert study["ran"]["date"] and study["ran"]["lmc_commit"] and study["ran"]["device"]
+
+
+def test_a_forged_verdict_fails_the_check(tmp_path, monkeypatch, capsys):
+    data = json.loads(CLAIMS_JSON.read_text())
+    claim = data["studies"][0]["claims"][0]
+    claim["verdict"] = "reproduced" if claim["verdict"] != "reproduced" else "contradicted"
+    claim["ci_low"], claim["ci_high"] = 0.1, 0.2  # with an interval to match
+    forged = tmp_path / "claims.json"
+    forged.write_text(json.dumps(data))
+    monkeypatch.setattr(reproductions, "CLAIMS_JSON", forged)
+    with pytest.raises(SystemExit) as exit_:
+        reproductions.main(["--check"])
+    assert exit_.value.code == 1
+    assert "differs from the verdicts recomputed" in capsys.readouterr().out
+
+
+def test_a_forged_result_fails_naming_the_study_and_the_file(tmp_path):
+    base = tmp_path / "results"
+    shutil.copytree(EVIDENCE, base)
+    csv = sorted(base.glob("*/*.csv"))[0]
+    lines = csv.read_text().splitlines()
+    head, value = lines[1].rsplit(",", 1)
+    lines[1] = f"{head},{float(value or 0) + 1.0}"
+    csv.write_text("\n".join(lines) + "\n")
+    with pytest.raises(StudyError, match=f"study '.*': .*{csv.name} does not match the hash"):
+        reproductions.recompute_all(base)
 
 
 def test_a_row_shows_the_estimate_interval_replicates_and_verdict():
@@ -44,7 +76,7 @@ def test_a_row_shows_the_estimate_interval_replicates_and_verdict():
     assert row == (
         "| 000_pruning (`configs/studies/000_pruning.yaml`) | 000 Table 1 | pruning lowers the "
         "barrier (0.10 -> 0.07) | a − b = -0.0123 [-0.05, 0.025], n = 3 (a = x; b = y) | "
-        "**inconclusive** (about 14 replicates would resolve it) |"
+        "**inconclusive** (about 14 independent replicates would resolve it at 80 % power) |"
     )
     claim.update(verdict="inconclusive", n_needed=math.inf, estimate=math.nan)
     data["studies"][0]["jobs_done"] = 7
@@ -56,25 +88,33 @@ def test_a_row_shows_the_estimate_interval_replicates_and_verdict():
     assert "no results yet (a = x; b = y)" in row and row.endswith("| **inconclusive** |")
 
 
-def test_merging_replaces_the_studies_evaluated_again_and_keeps_the_others_in_order():
-    from benchmarks.reproductions import merge
-
-    def study(name, scale, verdict):
-        return {"name": name, "scale": scale, "claims": [{"verdict": verdict}]}
-
-    old = {
-        "schema": "lmc.reproductions",
-        "version": 1,
-        "studies": [study("000_init_scale", "cpu", "reproduced"), study("003_width", "paper", "x")],
+def test_a_log_scale_row_shows_the_fold_change_the_design_and_a_setting_apart():
+    claim = {
+        "name": "c",
+        "source": "003 §4",
+        "claim": "matched below naive",
+        "paper": "",
+        "test": "difference",
+        "expect": "less",
+        "verdict": "reproduced",
+        "estimate": math.log(0.001),
+        "ci_low": math.log(0.0005),
+        "ci_high": math.log(0.002),
+        "n": 2,
+        "effect": None,
+        "n_needed": None,
+        "detail": "d",
+        "extra": {},
+        "scale": "log",
+        "design": "shared endpoints: 2 of 4 replicates kept, those with disjoint models (x)",
+        "lmc_setting": "1 round instead of 9",
     }
-    new = {
-        "schema": "lmc.reproductions",
-        "version": 1,
-        "studies": [study("003_overlap", "paper", "new"), study("003_width", "paper", "again")],
-    }
-    merged = merge(old, new)
-    assert [(s["scale"], s["name"], s["claims"][0]["verdict"]) for s in merged["studies"]] == [
-        ("cpu", "000_init_scale", "reproduced"),
-        ("paper", "003_width", "again"),
-        ("paper", "003_overlap", "new"),
-    ]
+    study = {"name": "s", "scale": "cpu", "file": "f.yaml", "jobs": 1, "jobs_done": 1}
+    data = {"studies": [{**study, "claims": [claim]}]}
+    row = render(data).splitlines()[-1]
+    assert "a / b = 0.001 [0.0005, 0.002], n = 2; shared endpoints: 2 of 4" in row
+    assert row.endswith(
+        "**reproduced**; lmc's setting, not the paper's (1 round instead of 9): not counted |"
+    )
+    figures = reproductions.counts(data)
+    assert figures["reproduced"] == 0 and figures["lmc_setting"] == 1

@@ -2,21 +2,28 @@
 
 Each claim is the paper's statement as a comparison or a trend over the study's metrics, with
 where it comes from and, where the paper gives one in the study's own units, the paper's effect.
-:mod:`lmc.studies.verdicts` evaluates every claim over the replicates (seeds, pairs,
-trials) with a 95 % Student-t interval and gives a verdict:
+:mod:`lmc.studies.verdicts` evaluates every claim over the independent replicates (seeds,
+pairs, trials: those whose models are disjoint) with a 95 % Student-t interval
+(:mod:`lmc.studies.inference`) and gives a verdict:
 
-* ``reproduced``: the interval excludes 0 on the side the paper states;
-* ``contradicted``: the interval excludes 0 on the other side, or contains 0 but excludes the
-  paper's ``effect`` (the effect, if any, is smaller than the paper's);
-* ``inconclusive``: the interval contains 0 and the paper's effect (or no effect is given), or
-  there are too few replicates for an interval; ``n_needed`` is then the number of replicates
-  that would resolve it at the observed mean and spread (the interval's half-width below the
-  distance from the mean to 0, or to the paper's effect if that is farther).
+* ``reproduced``: the interval excludes 0 on the side the paper states, and does not lie below
+  the paper's ``effect`` (where one is given and the study can reach it);
+* ``contradicted``: the interval lies on the other side of 0, or below the paper's effect;
+* ``inconclusive``: otherwise; ``n_needed`` is then the number of independent replicates that
+  would resolve it at 80 % power (two-sided 5 %) at the observed mean and spread.
+
+``scale: log`` compares ``log`` of a positive metric (a difference is then a fold change);
+``effect`` is a number in the metric's units or a relative change (``"-60%"``: ``a = 0.4 b``);
+``lmc_setting`` says how the study's setting deviates from the paper's for this claim.
 
 Tests (``test:``), each over cells of one stage, a cell being a value of every coordinate key
 of the stage but the replicate axis (``replicate``, default the stage's, see
 :func:`lmc.studies.aggregate.seed_keys`):
 
+``equivalent``
+    ``a`` and ``b`` equal within ``margin`` (a number in the metric's units, or relative:
+    ``"10%"``): two one-sided tests (the 90 % interval within the margin: ``reproduced``; the
+    95 % interval wholly outside it: ``contradicted``).
 ``difference``
     ``a - b`` of two cells (``a`` and ``b`` each a ``where`` mapping, and optionally their own
     ``stage`` / ``metric``), paired over the replicates both cells have (else Welch's interval
@@ -117,6 +124,7 @@ _CLAIM_KEYS = (
     "min_r2",
     "scale",
     "margin",
+    "lmc_setting",
 )
 
 
@@ -128,6 +136,15 @@ def nonnegative(metric: str) -> bool:
     if any(fnmatchcase(name, p) for p in SIGNED):
         return False
     return any(fnmatchcase(name, p) for p in NONNEGATIVE)
+
+
+def _text(value: Any, at: str) -> str:
+    if not isinstance(value, str):
+        raise StudyError(
+            f"{at} must be text saying how the study's setting deviates from the paper's, got "
+            f"{value!r}"
+        )
+    return value
 
 
 def _effect(value: Any, at: str, what: str = "effect") -> tuple[float | None, float | None]:
@@ -189,6 +206,9 @@ class Claim:
     #: an equivalence claim's margin: in the metric's units, or relative (``margin_relative``)
     margin: float | None = None
     margin_relative: float | None = None
+    #: where the study runs lmc's setting, not the paper's, for this claim: how it deviates
+    #: (the claim is then reported apart, not counted as a reproduction of the paper)
+    lmc_setting: str = ""
 
     @property
     def metrics(self) -> dict[str, set[str]]:
@@ -576,6 +596,7 @@ def _claim(
         effect_relative=effect_relative,
         margin=margin,
         margin_relative=margin_relative,
+        lmc_setting=_text(raw.get("lmc_setting", ""), f"{at}.lmc_setting"),
     )
 
 

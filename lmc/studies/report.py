@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from lmc.interpolation.barrier import NORMALIZED_MIN_LOSS
 from lmc.io import atomic_write
 from lmc.studies.store import read_plan, read_study_copy, study_folder
 
@@ -278,13 +279,29 @@ def write_report(root: str | Path, out: str | Path | None = None) -> Report:
     if not failed.empty:
         notes.append(f"{len(failed)} job(s) failed: see the table of failed jobs")
     nonfinite = summary[summary.n_nonfinite > 0] if "n_nonfinite" in summary else summary
+    remarks: list[str] = []
     if len(nonfinite):
-        names = sorted(set(nonfinite.metric))
-        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-        notes.append(
-            f"{int(nonfinite.n_nonfinite.sum())} non-finite value(s) (NaN or inf) of {shown} "
-            "are excluded from the means and counted per cell in n_nonfinite"
-        )
+        # a normalised barrier is undefined (NaN) by design where the endpoints' mean loss is
+        # near 0: a remark, not a warning
+        undefined = nonfinite.metric.str.contains("loss_normalized", regex=False)
+        for part, out_list, what in (
+            (nonfinite[~undefined], notes, "non-finite value(s) (NaN or inf) of"),
+            (
+                nonfinite[undefined],
+                remarks,
+                "normalised barrier(s) are undefined (NaN: the endpoints' mean loss is below "
+                f"{NORMALIZED_MIN_LOSS:g}, where B / mean L would be noise) in",
+            ),
+        ):
+            if len(part):
+                names = sorted(set(part.metric))
+                shown = ", ".join(names[:8]) + (
+                    f" and {len(names) - 8} more" if len(names) > 8 else ""
+                )
+                out_list.append(
+                    f"{int(part.n_nonfinite.sum())} {what} {shown}; they are excluded from the "
+                    "means and counted per cell in n_nonfinite"
+                )
     status_line = (
         f"{len(jobs)} jobs: {done} done, {int((jobs.status == 'failed').sum())} failed, "
         f"{len(jobs) - done - int((jobs.status == 'failed').sum())} not done"
@@ -301,6 +318,7 @@ def write_report(root: str | Path, out: str | Path | None = None) -> Report:
         times,
         env_frame,
         claims,
+        remarks,
     )
     _write_html(out / "report.html", content, tables)
     _write_md(out / "report.md", content, out)
@@ -322,16 +340,22 @@ class _Content:
     times: pd.DataFrame
     env: pd.DataFrame
     claims: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: what the reader should know but need not worry about (values undefined by design)
+    remarks: list[str] = field(default_factory=list)
 
 
 _CLAIMS_NOTE = (
-    "Each claim of the study file evaluated over the replicates: estimate (a - b, or a slope) "
-    "with its 95 % t-interval; reproduced: the interval excludes 0 on the paper's side; "
-    "contradicted: on the other side, or it excludes the paper's effect; inconclusive: it holds "
-    "0 and the paper's effect (n_needed: replicates that would resolve it at this spread)."
+    "Each claim of the study file evaluated over its independent replicates: estimate (a - b, "
+    "log a - log b on the log scale, or a slope) with its 95 % t-interval; reproduced: the "
+    "interval excludes 0 on the paper's side (and does not lie below the paper's effect, where "
+    "one is stated and reachable); contradicted: it lies on the other side, or below the "
+    "paper's effect; inconclusive: otherwise (n_needed: the independent replicates that would "
+    "resolve it at 80 % power). An equivalent claim is two one-sided tests within its margin. "
+    "design: whether replicates shared models (then only the disjoint ones count)."
 )
-_CLAIM_COLUMNS = ["name", "verdict", "source", "claim", "paper", "test", "expect", "estimate"]
-_CLAIM_COLUMNS += ["ci_low", "ci_high", "n", "effect", "n_needed", "detail"]
+_CLAIM_COLUMNS = ["name", "verdict", "source", "claim", "paper", "test", "expect", "scale"]
+_CLAIM_COLUMNS += ["estimate", "ci_low", "ci_high", "n", "effect", "n_needed", "design"]
+_CLAIM_COLUMNS += ["lmc_setting", "detail"]
 
 
 def _claims(text: str, plan: list[dict[str, Any]], tidy: pd.DataFrame) -> pd.DataFrame:
@@ -359,10 +383,11 @@ def _write_html(path: Path, c: _Content, tables: dict[str, Path]) -> None:
         f"<title>{html.escape(c.name)}: lmc study report</title><style>{_CSS}</style></head>",
         f"<body><h1>Study {html.escape(c.name)}</h1><p>{html.escape(c.status_line)}</p>",
     ]
-    parts += [f"<p class='bad'>{html.escape(n)}</p>" for n in c.notes]
-    if len(c.claims):
+    if len(c.claims):  # the verdicts first: what the study is for
         parts.append(f"<h2>Claims</h2><p class='note'>{_CLAIMS_NOTE}</p>")
         parts.append(_html_table(c.claims, "claims"))
+    parts += [f"<p class='bad'>{html.escape(n)}</p>" for n in c.notes]
+    parts += [f"<p class='note'>{html.escape(n)}</p>" for n in c.remarks]
     parts.append("<h2>Figures</h2>")
     if not c.figures:
         parts.append(f"<p class='note'>{_NO_FIGURE}</p>")
@@ -391,6 +416,7 @@ def _write_html(path: Path, c: _Content, tables: dict[str, Path]) -> None:
 def _write_md(path: Path, c: _Content, out: Path) -> None:
     lines = [f"# Study {c.name}", "", c.status_line, ""]
     lines += [f"**{n}**\n" for n in c.notes]
+    lines += [f"{n}\n" for n in c.remarks]
     if len(c.claims):
         lines += ["## Claims\n", _CLAIMS_NOTE + "\n", _md_table(c.claims)]
     lines.append("## Figures\n")

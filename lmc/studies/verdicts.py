@@ -57,6 +57,9 @@ class ClaimResult:
     #: how the replicates were analysed: independent, or the disjoint ones of a design whose
     #: replicates share endpoints
     design: str = "independent replicates"
+    #: how the study's setting deviates from the paper's for this claim ("" when it is the
+    #: paper's): such a claim is lmc's, not counted as a reproduction of the paper
+    lmc_setting: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -519,6 +522,7 @@ def _result(
         extra=extra or {},
         scale=claim.scale,
         design=str(stat.get("design", "independent replicates")),
+        lmc_setting=claim.lmc_setting,
     )
 
 
@@ -557,16 +561,32 @@ def format_claims(results: Sequence[ClaimResult]) -> str:
                 "`lmc study run` runs them"
             )
         elif r.verdict == "inconclusive" and r.n_needed is not None:
-            needed = f"; about {r.n_needed:.0f} replicates would resolve it"
+            needed = (
+                f"; about {r.n_needed:.0f} independent replicates would resolve it at 80 % power"
+            )
             if not math.isfinite(r.n_needed):
                 needed = "; no number of replicates resolves it at this spread and mean"
+        fold = ""
+        if r.scale == "log" and r.test in ("difference", "equivalent") and r.n:
+            fold = (
+                f" (log scale: a / b = {math.exp(r.estimate):.4g} "
+                f"[{math.exp(r.ci_low):.4g}, {math.exp(r.ci_high):.4g}])"
+                if math.isfinite(r.ci_low) and math.isfinite(r.ci_high)
+                else " (log scale)"
+            )
+        elif r.scale == "log":
+            fold = " (log scale)"
         lines.append(f"{r.name}: {r.verdict.upper()}  ({r.source})")
         lines.append(f"  paper: {r.claim}" + (f" ({r.paper})" if r.paper else ""))
+        if r.lmc_setting:
+            lines.append(f"  lmc's setting, not the paper's: {r.lmc_setting}")
         lines.append(
-            f"  here: {r.test} {r.expect}, estimate {r.estimate:.4g} {ci} over n = {r.n}"
+            f"  here: {r.test} {r.expect}, estimate {r.estimate:.4g} {ci} over n = {r.n}{fold}"
             + (f", paper effect {r.effect:.4g}" if r.effect is not None else "")
             + needed
         )
+        if r.design != "independent replicates":
+            lines.append(f"  {r.design}")
         lines.append(f"  {r.detail}")
     return "\n".join(lines)
 

@@ -462,10 +462,10 @@ def test_shipped_example_plans(capsys):
 
     study, jobs = load_and_plan(CONFIGS / "studies" / "003_width.yaml")
     train = [j for j in jobs if j.stage == "train"]
-    assert len(train) == 21 and len(jobs) == 21 + 14
+    assert len(train) == 140 and len(jobs) == 140 + 70  # 20 seeds, 10 disjoint pairs a width
     assert {j.coordinates[WIDTH] for j in train} == {2, 4, 8, 16, 32, 64, 128}
     main(["study", "plan", str(CONFIGS / "studies" / "003_width.yaml")])
-    assert "study 003_width: 35 jobs" in capsys.readouterr().out
+    assert "study 003_width: 210 jobs" in capsys.readouterr().out
     # the spawn example: 2 parents x 5 epochs x 2 children, a barrier per parent and epoch
     _, jobs = load_and_plan(CONFIGS / "studies" / "instability.yaml")
     assert [sum(j.stage == s for j in jobs) for s in ("train", "children", "barrier")] == [

@@ -239,3 +239,29 @@ def test_a_read_only_study_folder_is_one_line(tiny_run, tmp_path, monkeypatch, c
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("lmc study: error: cannot write ")
     assert "is read-only" in err[0]
+
+
+def test_the_report_opens_with_the_verdicts_and_undefined_normalised_barriers_are_a_remark(
+    tiny_run, tmp_path
+):
+    from tests.studies.conftest import tiny_study, width_claim
+
+    out = copy_run(tiny_run, tmp_path)
+    (out / "study.yaml").write_text(yaml.safe_dump(tiny_study(claims=[width_claim()])))
+    # one barrier job as 003_width's: endpoints at loss ~0, so the normalised barrier is
+    # undefined (null in summary.json, listed in nonfinite); another's barrier diverged
+    records = sorted((out / "jobs" / "barrier").glob("*/lmc/*/summary.json"))
+    assert len(records) == 2
+    for path, key in zip(records, ("barrier_loss_normalized_matched", "barrier_loss_matched")):
+        record = json.loads(path.read_text())
+        record["summary"][key] = None
+        record["nonfinite"] = [*record.get("nonfinite", []), f"/summary/{key}"]
+        path.write_text(json.dumps(record))
+    report = write_report(out)
+    text = report.html.read_text()
+    bad = re.findall(r"<p class='bad'>([^<]+)</p>", text)
+    assert len(bad) == 1 and "barrier_loss_matched" in bad[0] and "normalized" not in bad[0]
+    assert report.notes == [bad[0].replace("&#x27;", "'")]
+    assert text.index("<h2>Claims</h2>") < text.index("<p class='bad'>")
+    assert "1 normalised barrier(s) are undefined" in text  # said once, calmly
+    assert "class='note'>1 normalised barrier(s)" in text
