@@ -256,9 +256,11 @@ def _selection_keys(
 
 def _pairs(value: Any, where: str, source: _Source) -> Pairs:
     pairs = _mapping(value, where)
-    _check_keys(pairs, where, ("vary", "reference"), ("over",))
+    _check_keys(pairs, where, ("vary",), ("over", "reference"))
     over, vary = _selection_keys(pairs, where, source)
-    reference = pairs["reference"]
+    # by default the pairs are disjoint (independent replicates); a shared reference is asked
+    # for by name, and then only the disjoint pairs count in a claim (lmc.studies.verdicts)
+    reference = pairs.get("reference", CONSECUTIVE)
     if reference == CONSECUTIVE:
         values = list(source.keys[vary])
         if len(values) % 2:

@@ -20,7 +20,7 @@ Layout (paths relative to the study file)::
       - name: barrier
         kind: barrier
         config: teacher_student_barrier.yaml        # an ``lmc validate`` config
-        pairs: {over: [model.init_args.net.init_args.width], vary: seed_everything, reference: 0}
+        pairs: {over: [model.init_args.net.init_args.width], vary: seed_everything}  # disjoint: 0-1, 2-3
         args: []
       - name: merge
         kind: merge                                 # barrier | curve: pairs; merge: groups
@@ -42,13 +42,14 @@ Layout (paths relative to the study file)::
       submitit: {slurm_partition: gpu, timeout_min: 60, gpus_per_node: 1}
 
 Every evaluate job sets ``model.init_args.checkpoints`` of its ``lmc validate`` config to the
-run folders of the models it selects: a pair (``pairs``: the model at ``vary == reference``,
-then another; ``reference`` may be a list, e.g. ``[0, 2, 4]`` with the pairs' id in ``over``, for
-independent pairs: each reference is paired with every model of its group that is not one; or
-``consecutive``: disjoint pairs of consecutive values of ``vary``, 0-1, 2-3, ..., with no pair id,
-so the seeds of a point can still train as one population) or a group (``groups``: every model
-at the ``values`` of ``vary``, default all,
-in that order) of models that agree on every ``over`` key.
+run folders of the models it selects: a pair (``pairs``) or a group (``groups``: every model at
+the ``values`` of ``vary``, default all, in that order) of models that agree on every ``over``
+key. Pairs are by default (and with ``reference: consecutive``) disjoint pairs of consecutive
+values of ``vary``, 0-1, 2-3, ..., independent replicates with no pair id, so the seeds of a
+point can still train as one population. ``reference: 0`` pairs the model at ``vary == 0`` with
+every other one (the pairs then share that model, and a claim counts only the disjoint ones);
+``reference`` may be a list, e.g. ``[0, 2, 4]`` with the pairs' id in ``over``, for independent
+pairs: each reference is paired with every model of its group that is not one.
 """
 
 from __future__ import annotations

@@ -85,6 +85,12 @@ def test_consecutive_references_give_disjoint_pairs_of_one_population(tmp_path):
     pairs = [tuple(seed[i] for i in j.inputs) for j in jobs if j.stage == "barrier"]
     assert pairs == [(0, 1), (2, 3), (4, 5)]
     assert len([j for j in jobs if j.stage == "train" and j.members]) == 1  # one population
+    # pairs are disjoint by default: no reference gives the same pairs (issue 47)
+    del study["evaluate"][0]["pairs"]["reference"]
+    _, again = load_and_plan(write_study(tmp_path / "default", study))
+    assert [j.inputs for j in again if j.stage == "barrier"] == [
+        j.inputs for j in jobs if j.stage == "barrier"
+    ]
 
 
 def test_stage_grid_evaluates_each_selection_at_every_point(tmp_path):
