@@ -123,6 +123,7 @@ _CLAIM_KEYS = (
     "model",
     "min_r2",
     "scale",
+    "xscale",
     "margin",
     "lmc_setting",
 )
@@ -209,6 +210,9 @@ class Claim:
     #: where the study runs lmc's setting, not the paper's, for this claim: how it deviates
     #: (the claim is then reported apart, not counted as a reproduction of the paper)
     lmc_setting: str = ""
+    #: a trend's x axis: ``linear`` or ``log`` (with ``scale: log``, the slope is a power law's
+    #: exponent: ``y ~ x^a``)
+    xscale: str = "linear"
 
     @property
     def metrics(self) -> dict[str, set[str]]:
@@ -481,13 +485,19 @@ def _claim(
             f"{at}: a relative effect ({raw['effect']!r}) is a change of a against b: it fits "
             f"a difference claim; give a {test} claim's effect in the units of its estimate"
         )
-    if effect is not None and scale == "log":
+    if effect is not None and scale == "log" and test in ("difference", "ordering"):
         raise StudyError(
             f"{at}: on scale: log the effect is a fold change: give it relative "
             f"(effect: '-60%'), not in the metric's units ({raw['effect']!r})"
         )
     if test == "equivalent" and raw.get("effect") is not None:
         raise StudyError(f"{at}: an equivalent claim has a margin, not an effect")
+    xscale = raw.get("xscale", "linear")
+    if xscale not in ("linear", "log") or xscale == "log" and test != "trend":
+        raise StudyError(
+            f"{at}: xscale {xscale!r}: a trend claim's x axis is linear or log (the slope of "
+            "log y against log x is a power law's exponent); other tests have no xscale"
+        )
     if scale == "log" and test == "fit":
         raise StudyError(
             f"{at}: a fit claim has no scale: model: exp already fits log y (model: linear y)"
@@ -597,6 +607,7 @@ def _claim(
         margin=margin,
         margin_relative=margin_relative,
         lmc_setting=_text(raw.get("lmc_setting", ""), f"{at}.lmc_setting"),
+        xscale=xscale,
     )
 
 

@@ -425,10 +425,13 @@ def _evaluate_trend(claim: Claim, table: pd.DataFrame) -> ClaimResult:
     if claim.expect in ("increasing", "decreasing"):
         sign = 1 if claim.expect == "increasing" else -1
         xs = np.asarray([float(x) for x in axis])
+        if claim.xscale == "log":
+            xs = np.log(xs)
         slopes = [float(np.polyfit(xs, complete.loc[i].to_numpy(dtype=float), 1)[0]) for i in kept]
         interval = inference.mean_interval(slopes)
         stat = _stat(interval, sign, claim.effect, len(complete), len(kept))
-        return _result(claim, stat, f"slope of {of} per replicate over x = {claim.x}; {text}")
+        over = f"log x, x = {claim.x}" if claim.xscale == "log" else f"x = {claim.x}"
+        return _result(claim, stat, f"slope of {of} per replicate over {over}; {text}")
     sign = 1 if claim.expect == "peaked" else -1
     interior = list(axis[1:-1])
     if len(axis) < 3 or not len(frame) or means.reindex(axis).isna().any():

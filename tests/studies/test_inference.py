@@ -213,3 +213,32 @@ def test_bad_scales_effects_and_margins_are_refused_before_any_job(extra, match)
     base["replicate"] = "seed_everything"
     with pytest.raises(StudyError, match=match.replace("(", r"\(").replace("[", r"\[")):
         parse_claims([{**base, **raw}], STUDY, values)
+
+
+def test_a_power_law_exponent_is_the_log_log_slope_and_a_bound_on_it_decides():
+    widths = [16, 32, 64, 128]
+    values = {"barrier": {"w": widths, "seed_everything": SEEDS[1:]}}
+    rng = np.random.default_rng(3)
+    rows = [
+        {"stage": "barrier", "job": f"j{w}_{s}", "w": w, "seed_everything": s}
+        | {
+            "metric": "barrier_loss_matched",
+            "value": w**-1.5 * math.exp(0.1 * rng.standard_normal()),
+        }
+        for w in widths
+        for s in SEEDS[1:]
+    ]
+    rate = {
+        "test": "trend",
+        "metric": "barrier_loss_matched",
+        "x": "w",
+        "expect": "decreasing",
+        "scale": "log",
+        "xscale": "log",
+    }
+    r = evaluate(rate, pd.DataFrame(rows), values)
+    assert r.estimate == pytest.approx(-1.5, abs=0.1) and r.verdict == "reproduced"
+    assert "over log x" in r.detail
+    # "at least as fast as w^-1/2": reproduced; "at least as fast as w^-3": contradicted
+    assert evaluate({**rate, "effect": -0.5}, pd.DataFrame(rows), values).verdict == "reproduced"
+    assert evaluate({**rate, "effect": -3.0}, pd.DataFrame(rows), values).verdict == "contradicted"
