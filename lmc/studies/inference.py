@@ -181,3 +181,47 @@ def reachable(effect: float, sign: int, start: float, bounded_below: bool) -> bo
     if not bounded_below or sign > 0 or not math.isfinite(start):
         return True
     return start + effect >= 0
+
+
+# ------------------------------------------------------------------ adaptive (replicates: auto)
+
+
+def stage_replicates(pilot: Sequence[float], budget: int) -> int:
+    """The replicates a second stage adds to a ``pilot`` (the first stage's per-replicate
+    values: differences, slopes) so that the whole claim has 80 % power at the pilot's mean and
+    spread, capped by ``budget`` replicates in all; at least 2 (a stage needs a spread)."""
+    first = mean_interval(pilot)
+    if len(pilot) >= budget:
+        return 0
+    needed = replicates_needed(abs(first.estimate), first.spread)
+    if not math.isfinite(needed):
+        needed = budget
+    return int(min(max(needed - len(pilot), 2), budget - len(pilot)))
+
+
+def two_stage_verdict(
+    pilot: Sequence[float], second: Sequence[float], sign: int, weight: float = math.sqrt(0.5)
+) -> tuple[str, float]:
+    """The verdict of an adaptive two-stage design whose second stage's size was chosen from the
+    first (:func:`stage_replicates`): the inverse-normal combination of the two stages' own
+    one-sided t tests (Lehmacher and Wassmer 1999), ``z = w Φ⁻¹(1 - p1) + sqrt(1 - w²) Φ⁻¹(1 -
+    p2)`` with the weight ``w`` fixed in advance, compared with the two-sided 5 % bound on
+    each side. Whatever the data made the second stage's size, each side's error stays at
+    2.5 %: a naive t test over both stages together does not (the second stage is larger
+    exactly when the first looked null). Returns the verdict (``reproduced`` on the side
+    ``sign``, ``contradicted`` on the other) and the combined z on the side ``sign``."""
+    bound = float(stats.norm.ppf(1 - (1 - CONFIDENCE) / 2))
+
+    def z(values: Sequence[float]) -> float:
+        x = np.asarray(values, dtype=float)
+        if len(x) < 2 or float(x.std(ddof=1)) == 0:
+            return 0.0  # a stage that cannot be tested counts as p = 1/2
+        p = float(stats.ttest_1samp(x, 0.0, alternative="greater" if sign > 0 else "less").pvalue)
+        return float(stats.norm.isf(p))
+
+    combined = weight * z(pilot) + math.sqrt(1 - weight**2) * z(second)
+    if combined > bound:
+        return "reproduced", combined
+    if combined < -bound:
+        return "contradicted", combined
+    return "inconclusive", combined

@@ -18,6 +18,8 @@ def test_error_rates_on_null_data_and_power_at_the_planned_replicates():
     assert got["false_verdict_rate_log"] <= bound
     assert got["false_verdict_rate_shared"] <= bound
     assert got["false_equivalence_rate"] <= bound
+    assert got["false_verdict_rate_auto"] <= bound  # the adaptive two-stage design
+    assert got["resolved_rate_auto"] >= 0.80 - 3 * mc_se(0.80, SIMS)
     assert got["resolved_rate_at_power"] >= 0.80 - 3 * mc_se(0.80, SIMS)
     # the naive analysis of the shared-reference pairs (as if independent) is not calibrated:
     # what the engine's disjoint-pairs analysis guards against

@@ -242,3 +242,21 @@ def test_a_power_law_exponent_is_the_log_log_slope_and_a_bound_on_it_decides():
     # "at least as fast as w^-1/2": reproduced; "at least as fast as w^-3": contradicted
     assert evaluate({**rate, "effect": -0.5}, pd.DataFrame(rows), values).verdict == "reproduced"
     assert evaluate({**rate, "effect": -3.0}, pd.DataFrame(rows), values).verdict == "contradicted"
+
+
+def test_the_two_stage_design_combines_its_stages_by_the_inverse_normal_method():
+    pilot, second = [0.4, 0.9, 0.1, 0.7, 0.5], [0.3, 0.8, 0.6, 0.2]
+    p1 = stats.ttest_1samp(pilot, 0, alternative="greater").pvalue
+    p2 = stats.ttest_1samp(second, 0, alternative="greater").pvalue
+    z = (stats.norm.isf(p1) + stats.norm.isf(p2)) / math.sqrt(2)
+    verdict, combined = inf.two_stage_verdict(pilot, second, +1)
+    assert combined == pytest.approx(z) and verdict == "reproduced"
+    assert inf.two_stage_verdict(pilot, second, -1)[0] == "contradicted"
+    # the second stage: what 80 % power at the pilot's mean and spread needs, within the budget
+    noisy = [0.5, -0.3, 0.2, -0.1, 0.4]
+    first = inf.mean_interval(noisy)
+    need = inf.replicates_needed(abs(first.estimate), first.spread)
+    assert inf.stage_replicates(noisy, 1000) == need - 5
+    assert inf.stage_replicates(noisy, 12) == 7  # capped: 12 in all
+    assert inf.stage_replicates(pilot, 20) == 2  # resolved already: the least a stage can be
+    assert inf.stage_replicates(pilot, 5) == 0
