@@ -211,14 +211,21 @@ def _difference(
         interval = inference.mean_interval(d)
         how = "paired"
     else:
-        ends = {("a", i): a.ends[i] for i in a.series.index}
-        ends |= {("b", i): b.ends[i] for i in b.series.index}
-        kept = independent(ends)
-        xa = a.series[[i for s, i in kept if s == "a"]].to_numpy()
-        xb = b.series[[i for s, i in kept if s == "b"]].to_numpy()
+        xa, xb, ends, kept = _unpaired(a, b)
         interval = inference.welch_interval(xa, xb)
         how = "unpaired (Welch)"
     return _stat(interval, sign, effect, len(ends), len(kept)), how
+
+
+def _unpaired(a: Values, b: Values) -> tuple[np.ndarray, np.ndarray, dict, list]:
+    """Two cells without shared replicates: the values of each whose models no value kept
+    before it shares, with every value's models and the kept ones."""
+    ends = {("a", i): a.ends[i] for i in a.series.index}
+    ends |= {("b", i): b.ends[i] for i in b.series.index}
+    kept = independent(ends)
+    xa = a.series[[i for s, i in kept if s == "a"]].to_numpy()
+    xb = b.series[[i for s, i in kept if s == "b"]].to_numpy()
+    return xa, xb, ends, kept
 
 
 def _stat(
@@ -331,10 +338,9 @@ def _evaluate_equivalent(claim: Claim, table: pd.DataFrame) -> ClaimResult:
         inner = inference.mean_interval(
             a.series[kept].to_numpy() - b.series[kept].to_numpy(), 1 - 2 * (1 - CONFIDENCE)
         )
-    else:
-        inner = inference.welch_interval(
-            a.series.to_numpy(), b.series.to_numpy(), 1 - 2 * (1 - CONFIDENCE)
-        )
+    else:  # the values _difference kept: those with disjoint models
+        xa, xb, _, _ = _unpaired(a, b)
+        inner = inference.welch_interval(xa, xb, 1 - 2 * (1 - CONFIDENCE))
     outer = inference.Interval(stat["estimate"], stat["ci_low"], stat["ci_high"], stat["n"])
     stat["verdict"] = (
         inference.equivalence_verdict(outer, inner, margin)
