@@ -29,9 +29,8 @@ line: ``false_verdict_rate_null=… resolved_rate_at_power=… false_verdict_rat
 false_verdict_rate_shared_naive=… false_verdict_rate_log=… false_equivalence_rate=…
 false_verdict_rate_auto=… false_verdict_rate_auto_naive=… resolved_rate_auto=…
 mc_se_at_5pct=… sims=… device=cpu``. ``--quick`` (400 simulations) runs in a minute; the
-default test suite runs 200 (``tests/studies/test_calibration.py``). The study engine does
-not yet run ``replicates: auto`` itself (extending a study's seeds after its pilot): the
-design's statistics are here, measured.
+default test suite runs 200 (``tests/studies/test_calibration.py``). A study with
+``replicates: auto`` runs this design (:mod:`lmc.studies.replicates`).
 """
 
 from __future__ import annotations

@@ -146,6 +146,7 @@ def export_evidence(
             not the study ``study_file`` describes (their run parts differ).
     """
     from lmc.studies.aggregate import job_table
+    from lmc.studies.replicates import read_state
     from lmc.studies.results import results
     from lmc.studies.store import read_plan, read_study_copy, study_folder
 
@@ -208,6 +209,9 @@ def export_evidence(
         "jobs_done": int((jobs.status == "done").sum()),
         "claimed_jobs": int(len(claimed)),
         "claimed_jobs_done": int((claimed.status == "done").sum()),
+        # replicates: auto: the pilot and the values its second stage added (the claims take the
+        # two-stage test), else null
+        "replicates": read_state(root),
     }
     path = csv_path.with_suffix(".json")
     path.write_text(json.dumps(provenance, indent=1) + "\n")
@@ -282,4 +286,6 @@ def recompute(csv_path: str | Path, study_file: str | Path) -> list[Any]:
         )
     plan = _plan_of(table)
     table = table.assign(**{c: table[c].map(_plain) for c in table.columns if c != "value"})
-    return evaluate_claims(_claims(text, plan), table)
+    state = provenance.get("replicates")
+    pilot = state["pilot"] if state and state.get("added") else None
+    return evaluate_claims(_claims(text, plan), table, pilot)

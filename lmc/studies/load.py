@@ -419,9 +419,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_study(path: str | Path) -> Study:
+def load_study(path: str | Path, added: Mapping[str, list[Any]] | None = None) -> Study:
     """Read and check the study file at ``path`` (structure, keys, types, pairs; the grid keys
-    against the base configs are checked by :func:`lmc.studies.check.check_study`).
+    against the base configs are checked by :func:`lmc.studies.check.check_study`); ``added``:
+    values appended to train grid keys (the second stage of ``replicates: auto``).
 
     Raises:
         StudyError: the file is missing, not YAML, or has a wrong key, type or value.
@@ -445,8 +446,17 @@ def load_study(path: str | Path) -> Study:
         data,
         "the study file",
         ("name", "train"),
-        ("spawn", "evaluate", "executor", "figures", "barrier", "claims"),
+        ("spawn", "evaluate", "executor", "figures", "barrier", "claims", "replicates"),
     )
+    pilot_grid = (
+        dict((data.get("train") or {}).get("grid") or {})
+        if isinstance(data.get("train"), Mapping)
+        else {}
+    )
+    if added:
+        data = {**data, "train": {**data["train"], "grid": dict(data["train"]["grid"])}}
+        for key, values in added.items():
+            data["train"]["grid"][key] = [*data["train"]["grid"][key], *values]
     name = data["name"]
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise StudyError(
@@ -495,6 +505,10 @@ def load_study(path: str | Path) -> Study:
         from lmc.studies.claims import parse_claims
 
         study = replace(study, claims=parse_claims(data["claims"], study))
+    if data.get("replicates") is not None:
+        from lmc.studies.replicates import parse_replicates
+
+        study = replace(study, replicates=parse_replicates(data["replicates"], study, pilot_grid))
     return study
 
 

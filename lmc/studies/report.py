@@ -265,7 +265,10 @@ def write_report(root: str | Path, out: str | Path | None = None) -> Report:
         figures = render_figures(  # checks metrics first
             specs, None, out / "figures", tidy=frames["results"], series=frames["series"]
         )
-    claims = _claims(text, plan, frames["results"]) if done else pd.DataFrame()
+    from lmc.studies.replicates import pilot_replicates
+
+    pilot = pilot_replicates(root)
+    claims = _claims(text, plan, frames["results"], pilot) if done else pd.DataFrame()
     tables = aggregate.write_tables(root, out / "tables", frames)
     if len(claims):
         tables["claims"] = out / "tables" / "claims.csv"
@@ -358,11 +361,13 @@ _CLAIM_COLUMNS += ["estimate", "ci_low", "ci_high", "n", "effect", "n_needed", "
 _CLAIM_COLUMNS += ["lmc_setting", "detail"]
 
 
-def _claims(text: str, plan: list[dict[str, Any]], tidy: pd.DataFrame) -> pd.DataFrame:
+def _claims(
+    text: str, plan: list[dict[str, Any]], tidy: pd.DataFrame, pilot: list[Any] | None = None
+) -> pd.DataFrame:
     """The study file's claims evaluated on the results (:mod:`lmc.studies.verdicts`)."""
     from lmc.studies.verdicts import evaluate_study_claims
 
-    rows = [r.as_dict() for r in evaluate_study_claims(text, plan, tidy)]
+    rows = [r.as_dict() for r in evaluate_study_claims(text, plan, tidy, pilot)]
     return pd.DataFrame(rows)[_CLAIM_COLUMNS] if rows else pd.DataFrame()
 
 

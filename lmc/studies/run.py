@@ -177,9 +177,13 @@ def run_study(
             or a folder another live process runs.
     """
     t_start = time.perf_counter()
-    study = load_study(path)
     if Path(root).exists() and not Path(root).is_dir():
         raise StudyError(f"--dir {root} is a file: give the study's folder (made if missing)")
+    from lmc.studies.replicates import added_values, read_state, second_stage
+
+    study = load_study(path)
+    if study.replicates is not None and Path(root).is_dir():  # its second stage, once decided
+        study = load_study(path, added_values(root))
     store = StudyStore(root)
     workers = study.executor.workers if workers is None else workers
     summary = RunSummary()
@@ -211,6 +215,18 @@ def run_study(
             f"this shard leaves {len(left)} evaluate job(s) whose trainings other shards run: "
             "copy the shard folders together and run `lmc study run` over it once more"
         )
+    if (
+        study.replicates is not None
+        and shard_of is None
+        and not summary.failed
+        and read_state(store.root) is None
+    ):  # the pilot is done: decide the second stage, then run it
+        if second_stage(study, store.root, log):
+            more = run_study(
+                path, root, fail_fast, force, runner, log, workers, executor, None, progress_bar
+            )
+            for name in ("ran", "skipped", "failed", "resumed"):
+                getattr(summary, name).extend(getattr(more, name))
     summary.seconds = time.perf_counter() - t_start
     return summary
 

@@ -34,6 +34,8 @@ Layout (paths relative to the study file)::
                                                     # as --model.init_args.barrier
     claims: [...]                                   # optional: the paper's claims, evaluated by
                                                     # the report (lmc.studies.claims)
+    replicates: {auto: true, budget: 40}            # optional: the grid's seeds are a pilot; then
+                                                    # the seeds the claims need (lmc.studies.replicates)
     figures:                                        # optional: the report's figures
       - {name: barrier_vs_width, kind: line, stage: barrier,
          x: model.init_args.net.init_args.width, y: [barrier_loss_matched, barrier_loss_naive]}
@@ -277,6 +279,17 @@ class SpawnStage:
 
 
 @dataclass(frozen=True)
+class Replicates:
+    """``replicates: {auto: true, budget: N}``: the train grid's values of ``key`` are a pilot;
+    once they ran, the study adds the values its claims need at 80 % power, up to ``budget``
+    values in all, and decides each claim by a two-stage test (:mod:`lmc.studies.replicates`)."""
+
+    key: str
+    budget: int
+    pilot: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Study:
     name: str
     train: TrainStage
@@ -292,6 +305,8 @@ class Study:
     barrier: str | None = None
     #: the paper's claims (:class:`lmc.studies.claims.Claim`), evaluated by the report
     claims: tuple[Any, ...] = ()
+    #: ``replicates: auto``: the pilot and the budget, or ``None``
+    replicates: Replicates | None = None
 
     def stage_keys(self) -> dict[str, list[str]]:
         """Every stage's coordinate keys: a training stage's grid (and spawn) keys, an evaluate

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,6 +30,9 @@ from lmc.studies.claims import (
 
 CONFIDENCE = inference.CONFIDENCE
 VERDICTS = ("reproduced", "contradicted", "inconclusive")
+#: ``replicates: auto``: the values of the replicate key the pilot ran (a replicate whose key is
+#: among them is the first stage's), set while :func:`evaluate_claims` runs
+_PILOT: ContextVar[frozenset | None] = ContextVar("pilot", default=None)
 
 
 @dataclass
@@ -60,9 +64,14 @@ class ClaimResult:
     #: how the study's setting deviates from the paper's for this claim ("" when it is the
     #: paper's): such a claim is lmc's, not counted as a reproduction of the paper
     lmc_setting: str = ""
+    #: the per-replicate values the estimate is the mean of (differences, slopes), where it is
+    #: one; not part of the record (:meth:`as_dict`)
+    values: Any = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("values")
+        return out
 
 
 # ------------------------------------------------------------------------------- statistics
@@ -209,12 +218,35 @@ def _difference(
         kept = independent(ends)
         d = a.series[kept].to_numpy() - b.series[kept].to_numpy()
         interval = inference.mean_interval(d)
-        how = "paired"
-    else:
-        xa, xb, ends, kept = _unpaired(a, b)
-        interval = inference.welch_interval(xa, xb)
-        how = "unpaired (Welch)"
-    return _stat(interval, sign, effect, len(ends), len(kept)), how
+        stat = _stat(interval, sign, effect, len(ends), len(kept))
+        return _two_stage(stat, list(kept), d, sign), "paired"
+    xa, xb, ends, kept = _unpaired(a, b)
+    interval = inference.welch_interval(xa, xb)
+    return _stat(interval, sign, effect, len(ends), len(kept)), "unpaired (Welch)"
+
+
+def _two_stage(stat: dict[str, Any], keys: list[Any], values: Any, sign: int) -> dict[str, Any]:
+    """``stat`` with the replicates' ``values`` (by replicate ``keys``) kept for
+    :mod:`lmc.studies.replicates`, and, in a study whose second stage ran (``replicates:
+    auto``), the verdict of the two-stage test (:func:`lmc.studies.inference.two_stage_verdict`)
+    in place of the interval's."""
+    values = np.asarray(values, dtype=float)
+    stat["values"] = values
+    pilot = _PILOT.get()
+    if pilot is None:
+        return stat
+    first = np.array([cell_key(k) in pilot for k in keys], dtype=bool)
+    if first.all():  # the second stage has not run yet: the pilot's own analysis
+        return stat
+    result, z = inference.two_stage_verdict(values[first], values[~first], sign)
+    stat["verdict"] = result
+    stat["n_needed"] = None
+    stat["design"] = (
+        f"two stages (replicates: auto): {int(first.sum())} pilot and {int((~first).sum())} "
+        f"added replicates, decided by the inverse-normal combination of their one-sided t "
+        f"tests (z = {z:.3g} against ±1.96); the interval shown pools both stages"
+    )
+    return stat
 
 
 def _unpaired(a: Values, b: Values) -> tuple[np.ndarray, np.ndarray, dict, list]:
@@ -436,6 +468,7 @@ def _evaluate_trend(claim: Claim, table: pd.DataFrame) -> ClaimResult:
         slopes = [float(np.polyfit(xs, complete.loc[i].to_numpy(dtype=float), 1)[0]) for i in kept]
         interval = inference.mean_interval(slopes)
         stat = _stat(interval, sign, claim.effect, len(complete), len(kept))
+        stat = _two_stage(stat, list(kept), slopes, sign)
         over = f"log x, x = {claim.x}" if claim.xscale == "log" else f"x = {claim.x}"
         return _result(claim, stat, f"slope of {of} per replicate over {over}; {text}")
     sign = 1 if claim.expect == "peaked" else -1
@@ -532,6 +565,7 @@ def _result(
         scale=claim.scale,
         design=str(stat.get("design", "independent replicates")),
         lmc_setting=claim.lmc_setting,
+        values=stat.get("values"),
     )
 
 
@@ -544,8 +578,12 @@ _EVALUATE = {
 }
 
 
-def evaluate_claims(claims: Sequence[Claim], table: pd.DataFrame) -> list[ClaimResult]:
-    """Each claim evaluated on a study's tidy results (:func:`lmc.studies.results.results`).
+def evaluate_claims(
+    claims: Sequence[Claim], table: pd.DataFrame, pilot: Sequence[Any] | None = None
+) -> list[ClaimResult]:
+    """Each claim evaluated on a study's tidy results (:func:`lmc.studies.results.results`);
+    ``pilot``: in a ``replicates: auto`` study, the replicate values of its first stage (a
+    claim over both stages is then decided by the two-stage test).
 
     Raises:
         StudyError: a claim reads a metric no done job of its stage reports (naming what the
@@ -555,7 +593,11 @@ def evaluate_claims(claims: Sequence[Claim], table: pd.DataFrame) -> list[ClaimR
     for stage, rows in table.groupby("stage"):
         produced[str(stage)] = set(rows["metric"])
     check_claim_metrics(claims, {s: produced.get(s) for c in claims for s in c.metrics})
-    return [_EVALUATE[c.test](c, table) for c in claims]
+    token = _PILOT.set(None if pilot is None else frozenset(cell_key(v) for v in pilot))
+    try:
+        return [_EVALUATE[c.test](c, table) for c in claims]
+    finally:
+        _PILOT.reset(token)
 
 
 def format_claims(results: Sequence[ClaimResult]) -> str:
@@ -601,7 +643,10 @@ def format_claims(results: Sequence[ClaimResult]) -> str:
 
 
 def evaluate_study_claims(
-    text: str, plan: Sequence[Mapping[str, Any]], tidy: pd.DataFrame
+    text: str,
+    plan: Sequence[Mapping[str, Any]],
+    tidy: pd.DataFrame,
+    pilot: Sequence[Any] | None = None,
 ) -> list[ClaimResult]:
     """The claims of the study file ``text`` evaluated on its folder's ``plan`` (``plan.json``'s
     jobs) and tidy results (:func:`lmc.studies.results.results`); ``[]`` when it declares none.
@@ -615,7 +660,7 @@ def evaluate_study_claims(
     if not data.get("claims"):
         return []
     claims = parse_claims(data["claims"], data, plan_values(plan), plan_ties(plan))
-    return evaluate_claims(claims, tidy)
+    return evaluate_claims(claims, tidy, pilot)
 
 
 def study_claims(root: Any) -> list[ClaimResult]:
@@ -626,9 +671,10 @@ def study_claims(root: Any) -> list[ClaimResult]:
         StudyError: ``root`` is no study folder, or a claim does not fit the study.
     """
 
+    from lmc.studies.replicates import pilot_replicates
     from lmc.studies.results import results
     from lmc.studies.store import read_plan, read_study_copy, study_folder
 
     root = study_folder(root)
     plan = read_plan(root)["jobs"]
-    return evaluate_study_claims(read_study_copy(root), plan, results(root))
+    return evaluate_study_claims(read_study_copy(root), plan, results(root), pilot_replicates(root))

@@ -1,0 +1,170 @@
+"""``replicates: auto``: a study sized by its claims, in two stages.
+
+.. code-block:: yaml
+
+    replicates:
+      auto: true
+      budget: 40             # values of the key in all, the pilot's included
+      key: seed_everything   # default: seed_everything
+
+The train grid's values of ``key`` are the pilot. Once its jobs are done, ``lmc study run``
+evaluates every claim on them and adds the values the claims need for 80 % power at the
+pilot's mean and spread (:func:`lmc.studies.inference.stage_replicates`; the most any claim
+needs, within the budget), written to ``replicates.json`` in the study folder, then runs their
+jobs. A claim over both stages is decided by the inverse-normal combination of the two stages'
+own t tests (:func:`lmc.studies.inference.two_stage_verdict`; Lehmacher and Wassmer 1999), an
+adaptive design whose error on null data stays at 5 % although the second stage's size depends
+on the pilot (``benchmarks/calibration.py``: ``false_verdict_rate_auto``); a plain t test over
+both stages would not. Claims whose estimate is not a mean over replicates (``fit``,
+``equivalent``) cannot be sized this way and are refused with ``auto``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from lmc.studies.schema import SEED_KEY, Replicates, Study, StudyError
+
+STATE = "replicates.json"
+#: tests whose estimate is not a mean over replicates: no two-stage test for them
+UNSUPPORTED = ("fit", "equivalent")
+
+
+def parse_replicates(value: Any, study: Study, pilot_grid: Mapping[str, Any]) -> Replicates:
+    """The study file's ``replicates:``, checked against its grid and claims.
+
+    Raises:
+        StudyError: not ``auto: true``, no or a too small ``budget``, a key the train grid does
+            not vary over integers, a zipped key, no claims, or a claim it cannot size.
+    """
+    if not isinstance(value, Mapping):
+        raise StudyError(
+            f"replicates must be a mapping such as {{auto: true, budget: 40}}, got {value!r}"
+        )
+    for key in value:
+        if key not in ("auto", "budget", "key"):
+            raise StudyError(f"unknown key {key!r} in replicates; valid keys: auto, budget, key")
+    if value.get("auto") is not True:
+        raise StudyError(
+            "replicates: auto: true is its one mode (a pilot, then the replicates the claims "
+            "need); for a fixed design list the seeds in the train grid and drop replicates:"
+        )
+    key = value.get("key", SEED_KEY)
+    pilot = pilot_grid.get(key)
+    if not isinstance(pilot, list) or not pilot:
+        raise StudyError(
+            f"replicates.key {key!r} is not a key of the train grid: the grid's values of it "
+            f"are the pilot (its keys: {', '.join(pilot_grid) or 'none'})"
+        )
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in pilot):
+        raise StudyError(
+            f"replicates: auto adds values of {key!r} after its pilot's, so they must be "
+            f"integers (seeds), got {pilot!r}"
+        )
+    if any(key in group for group in study.train.zip):
+        raise StudyError(
+            f"replicates.key {key!r} is zipped with other keys: the values it adds would have no "
+            "partners; take it out of train.zip"
+        )
+    budget = value.get("budget")
+    if budget is None:
+        raise StudyError(
+            f"replicates: auto needs a budget: the most values of {key!r} the study may run in "
+            f"all, the pilot's {len(pilot)} included (e.g. budget: {4 * len(pilot)})"
+        )
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= len(pilot):
+        raise StudyError(
+            f"replicates.budget must be an integer above the pilot's {len(pilot)} values of "
+            f"{key!r}, got {budget!r}"
+        )
+    if not study.claims:
+        raise StudyError(
+            "replicates: auto sizes a study by its claims, and this one declares none: add "
+            "claims, or list the seeds in the train grid and drop replicates:"
+        )
+    for claim in study.claims:
+        if claim.test in UNSUPPORTED:
+            raise StudyError(
+                f"claim {claim.name!r} is a {claim.test} claim, whose estimate is not a mean over "
+                "replicates: replicates: auto cannot size it; list the seeds in the train grid"
+            )
+    return Replicates(key=key, budget=budget, pilot=tuple(pilot))
+
+
+def read_state(root: str | Path) -> dict[str, Any] | None:
+    """The study folder's ``replicates.json`` (``key``, ``pilot``, ``added``), or ``None``."""
+    path = Path(root) / STATE
+    if not path.is_file():
+        return None
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise StudyError(
+            f"{path} is damaged ({err}): delete it and rerun `lmc study run`, which decides the "
+            "second stage again from the pilot"
+        ) from None
+    return state
+
+
+def added_values(root: str | Path) -> dict[str, list[int]] | None:
+    """The values the second stage adds to the train grid, ``{key: [...]}``, or ``None``."""
+    state = read_state(root)
+    return {state["key"]: list(state["added"])} if state else None
+
+
+def pilot_replicates(root: str | Path) -> list[int] | None:
+    """The pilot's values of the replicate key in a study whose second stage was decided (the
+    claims then take the two-stage test), else ``None``."""
+    state = read_state(root)
+    return list(state["pilot"]) if state and state.get("added") else None
+
+
+def second_stage(study: Study, root: str | Path, log: Callable[[str], None]) -> list[int]:
+    """Decide the second stage of a ``replicates: auto`` study whose pilot ran in ``root``: the
+    values of its key to add (possibly none), written to ``replicates.json``."""
+    from lmc.studies.inference import stage_replicates
+    from lmc.studies.results import results
+    from lmc.studies.store import read_plan
+    from lmc.studies.verdicts import evaluate_claims
+
+    spec = study.replicates
+    assert spec is not None
+    pilot = list(spec.pilot)
+    tidy = results(root)
+    plan = read_plan(root)["jobs"]
+    import yaml
+
+    from lmc.studies.claims import parse_claims, plan_ties, plan_values
+
+    claims = parse_claims(
+        yaml.safe_load(study.text)["claims"], study, plan_values(plan), plan_ties(plan)
+    )
+    pairs = any(s.pairs is not None and s.pairs.partners for s in study.evaluate)
+    need, reasons = 0, []
+    for claim, result in zip(claims, evaluate_claims(claims, tidy)):
+        values = result.values
+        if values is None or len(values) < 2:
+            reasons.append(f"{claim.name}: no pilot values to size it on")
+            continue
+        per = len(pilot) / len(values)  # values of the key one replicate takes (2 for a pair)
+        budget = int(spec.budget // per)
+        extra = stage_replicates(values, budget)
+        need = max(need, math.ceil(extra * per))
+        reasons.append(f"{claim.name}: {len(values)} pilot replicates, {extra} more")
+    room = spec.budget - len(pilot)
+    if pairs:  # consecutive pairs take the values two by two
+        need, room = need + need % 2, room - room % 2
+    count = min(need, room)
+    start = max(pilot) + 1
+    added = list(range(start, start + count))
+    state = {"key": spec.key, "pilot": pilot, "added": added, "budget": spec.budget}
+    (Path(root) / STATE).write_text(json.dumps(state, indent=1) + "\n")
+    log(
+        f"replicates: auto: the pilot's {len(pilot)} values of {spec.key} done; adding "
+        f"{len(added)} ({'; '.join(reasons)})"
+    )
+    return added

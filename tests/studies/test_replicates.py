@@ -1,0 +1,75 @@
+"""``replicates: auto``: a pilot, then the seeds the claims need within a budget, the claims
+decided by the two-stage test; bad designs refused before any job."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from lmc.studies import StudyError, load_study, run_study
+from lmc.studies import inference as inf
+from lmc.studies.results import results
+from lmc.studies.verdicts import study_claims
+from tests.studies.conftest import WIDTH, tiny_study, width_claim, write_study
+
+AUTO = {"auto": True, "budget": 8}
+
+
+def auto_study(**changes) -> dict:
+    study = tiny_study(claims=[width_claim()], replicates=AUTO)
+    study["train"]["grid"]["seed_everything"] = [0, 1, 2, 3]  # the pilot: two disjoint pairs
+    del study["evaluate"][0]["pairs"]["reference"]  # disjoint pairs, the default
+    return study | changes
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"replicates": {"auto": True}}, "replicates: auto needs a budget"),
+        ({"replicates": {"auto": True, "budget": 4}}, "must be an integer above the pilot's 4"),
+        (
+            {"replicates": {"auto": True, "budget": 8, "key": "lr"}},
+            "'lr' is not a key of the train",
+        ),
+        ({"replicates": {"auto": False, "budget": 8}}, "auto: true is its one mode"),
+        ({"replicates": {"auto": True, "budget": 8, "pilot": 2}}, "unknown key 'pilot'"),
+        ({"claims": []}, "declares none"),
+        (
+            {"claims": [width_claim(test="equivalent", margin=0.1, expect="equal")]},
+            "is a equivalent claim",
+        ),
+    ],
+)
+def test_a_design_auto_cannot_size_is_refused_before_any_job(tmp_path, change, match):
+    with pytest.raises(StudyError, match=match):
+        load_study(write_study(tmp_path, auto_study(**change)))
+
+
+def test_the_pilot_then_the_seeds_the_claims_need_decided_by_two_stages(tmp_path):
+    path = write_study(tmp_path, auto_study())
+    lines: list[str] = []
+    run_study(path, tmp_path / "out", log=lines.append)
+    state = json.loads((tmp_path / "out" / "replicates.json").read_text())
+    assert state["pilot"] == [0, 1, 2, 3] and state["budget"] == 8
+    added = state["added"]
+    assert added == list(range(4, 4 + len(added))) and len(added) % 2 == 0 and len(added) <= 4
+    assert any(line.startswith("replicates: auto: the pilot's 4 values") for line in lines)
+    # the second stage's jobs ran: every seed trained, a barrier per disjoint pair
+    tidy = results(tmp_path / "out")
+    seeds = set(tidy[tidy.stage == "train"].seed_everything)
+    assert seeds == set(range(4 + len(added)))
+    (claim,) = study_claims(tmp_path / "out")
+    assert added  # two pairs leave this claim far from 80 % power: the budget's 4 more seeds
+    if added:  # decided by the inverse-normal combination of the stages' own t tests
+        rows = tidy[tidy.metric == "barrier_loss_matched"]
+        by = {(r[WIDTH], r.seed_everything): r.value for _, r in rows.iterrows()}
+        d = np.array([by[(8, s)] - by[(4, s)] for s in range(1, 4 + len(added), 2)])
+        first = np.array([s < 4 for s in range(1, 4 + len(added), 2)])
+        expected, z = inf.two_stage_verdict(d[first], d[~first], -1)
+        assert claim.verdict == expected and claim.design.startswith("two stages")
+        assert f"z = {z:.3g}" in claim.design
+    # a second run finds everything done and decides nothing again
+    again = run_study(path, tmp_path / "out", log=lambda _: None)
+    assert not again.ran and json.loads((tmp_path / "out" / "replicates.json").read_text()) == state
