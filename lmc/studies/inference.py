@@ -143,7 +143,13 @@ def power(n: int, distance: float, spread: float, df_offset: int = 1, one_sided:
     if one_sided:
         return float(stats.nct.sf(stats.t.ppf(1 - alpha, df), df, nc))
     crit = float(stats.t.ppf(1 - alpha / 2, df))
-    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+    # the other tail, P(T < -crit) = P(T' > crit) for T' with noncentrality -nc: scipy's cdf
+    # gives NaN there for a large nc, where it is ~0
+    other = float(stats.nct.sf(crit, df, -nc))
+    upper = float(stats.nct.sf(crit, df, nc))
+    if not math.isfinite(upper):  # the normal approximation where scipy's series fails
+        upper = float(stats.norm.sf(crit - nc))
+    return upper + (other if math.isfinite(other) else 0.0)
 
 
 def replicates_needed(
