@@ -75,6 +75,14 @@ def checked_plan(
             "and checked before any runs, which takes a while (progress below). A smaller grid, "
             "or shards (--shard I/N), if this is more than you meant"
         )
+    if study.replicates is not None and log is not None:
+        spec = study.replicates
+        log(
+            f"replicates: auto: {len(spec.pilot)} values of {spec.key} are the pilot; once its "
+            f"jobs are done, up to {spec.budget - len(spec.pilot)} more as the claims need "
+            "(80 % power), at most "
+            f"{spec.budget} in all"
+        )
     check_jobs(jobs, resolved)
     produced = check_job_configs(
         jobs, resolved, log if len(jobs) > LARGE_PLAN else None, runs_here=runs_here

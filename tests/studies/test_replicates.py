@@ -56,6 +56,10 @@ def test_the_pilot_then_the_seeds_the_claims_need_decided_by_two_stages(tmp_path
     added = state["added"]
     assert added == list(range(4, 4 + len(added))) and len(added) % 2 == 0 and len(added) <= 4
     assert any(line.startswith("replicates: auto: the pilot's 4 values") for line in lines)
+    assert (
+        "replicates: auto: 4 values of seed_everything are the pilot; once its jobs are "
+        "done, up to 4 more as the claims need (80 % power), at most 8 in all" in lines
+    )
     # the second stage's jobs ran: every seed trained, a barrier per disjoint pair
     tidy = results(tmp_path / "out")
     seeds = set(tidy[tidy.stage == "train"].seed_everything)
