@@ -157,6 +157,14 @@ def _dispatch(ns: argparse.Namespace, in_process: bool) -> None:
                 f"damaged: {job['stage']} {job['id']} {job['coordinates']}: {why} "
                 "(`lmc study run` redoes it)"
             )
+        from lmc.studies.replicates import read_state
+
+        state = read_state(ns.dir)
+        if state:
+            print(
+                f"replicates: auto: pilot {len(state['pilot'])} values of {state['key']}, "
+                f"{len(state['added'])} added (budget {state['budget']})"
+            )
 
 
 def _report(root: str, out: str | None, wandb: str | None, after_run: bool) -> None:

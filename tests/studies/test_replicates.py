@@ -47,7 +47,7 @@ def test_a_design_auto_cannot_size_is_refused_before_any_job(tmp_path, change, m
         load_study(write_study(tmp_path, auto_study(**change)))
 
 
-def test_the_pilot_then_the_seeds_the_claims_need_decided_by_two_stages(tmp_path):
+def test_the_pilot_then_the_seeds_the_claims_need_decided_by_two_stages(tmp_path, capsys):
     path = write_study(tmp_path, auto_study())
     lines: list[str] = []
     run_study(path, tmp_path / "out", log=lines.append)
@@ -74,6 +74,12 @@ def test_the_pilot_then_the_seeds_the_claims_need_decided_by_two_stages(tmp_path
         expected, z = inf.two_stage_verdict(d[first], d[~first], -1)
         assert claim.verdict == expected and claim.design.startswith("two stages")
         assert f"z = {z:.3g}" in claim.design
+    from lmc.cli import main
+
+    main(["study", "status", str(tmp_path / "out")])
+    assert "replicates: auto: pilot 4 values of seed_everything, 4 added (budget 8)" in (
+        capsys.readouterr().out
+    )
     # a second run finds everything done and decides nothing again
     again = run_study(path, tmp_path / "out", log=lambda _: None)
     assert not again.ran and json.loads((tmp_path / "out" / "replicates.json").read_text()) == state
