@@ -209,7 +209,7 @@ def render(data: dict[str, Any]) -> str:
         ran = study.get("ran")
         if ran:
             commit = str(ran["lmc_commit"])[:7]
-            label += f" (ran {ran['date']}, lmc {commit}, {ran['device']})"
+            label += f" (results of {ran['date']} on {ran['device']}, kept at lmc {commit})"
         if study["scale"] != "cpu":
             label += f" ({SCALES.get(study['scale'], study['scale'])})"
         if study["jobs_done"] < study["jobs"]:

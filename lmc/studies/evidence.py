@@ -194,6 +194,8 @@ def export_evidence(
         "study_sha256": study_hash(committed),
         "results": csv_path.name,
         "results_sha256": sha256_file(csv_path),
+        # the commit the results were exported at (a study folder records none of its own; the
+        # run precedes it), with a marker when lmc/ had uncommitted changes then
         "lmc_commit": _lmc_commit(),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
         "device": _device(),
