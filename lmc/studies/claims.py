@@ -403,6 +403,21 @@ def parse_claims(
     return tuple(claims)
 
 
+def parse_study_claims(text: str, plan: Sequence[Mapping[str, Any]]) -> tuple[Claim, ...]:
+    """The claims of the study file ``text``, checked against a study folder's ``plan``
+    (``plan.json``'s jobs, or the jobs a results table holds); ``()`` when it declares none.
+
+    Raises:
+        StudyError: a claim does not fit the study.
+    """
+    import yaml
+
+    data = yaml.safe_load(text) or {}
+    if not data.get("claims"):
+        return ()
+    return parse_claims(data["claims"], data, plan_values(plan), plan_ties(plan))
+
+
 def _distinct(cells: Sequence[Cell], at: str, what: str) -> None:
     """Refuse cells that select the same values (stage, metric and where): a comparison of a
     cell with itself was evaluated as an inconclusive difference of 0."""

@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from lmc.studies.claims import parse_study_claims
 from lmc.studies.schema import StudyError
 
 SCHEMA = "lmc.evidence"
@@ -47,15 +48,6 @@ def study_hash(text: str) -> str:
     data = yaml.safe_load(text) or {}
     run = {k: v for k, v in data.items() if k not in ANALYSIS_KEYS}
     return hashlib.sha256(json.dumps(run, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _claims(text: str, plan: list[Mapping[str, Any]]):
-    from lmc.studies.claims import parse_claims, plan_ties, plan_values
-
-    data = yaml.safe_load(text) or {}
-    if not data.get("claims"):
-        return []
-    return parse_claims(data["claims"], data, plan_values(plan), plan_ties(plan))
 
 
 def _lmc_commit() -> str:
@@ -94,9 +86,9 @@ def _device() -> str:
 def _datasets(root: Path, plan: list[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
     """The sha256 of every file of the on-disk datasets the study's trainings read (by the
     ``dataset_name`` of each data class in their saved configs); ``{}`` for synthetic data."""
-    import importlib
     import os
 
+    from lmc.engine.moved import class_named
     from lmc.studies.store import StudyStore
 
     store = StudyStore(root)
@@ -105,14 +97,9 @@ def _datasets(root: Path, plan: list[Mapping[str, Any]]) -> dict[str, dict[str, 
     def walk(node: Any) -> None:
         if isinstance(node, Mapping):
             path = node.get("class_path")
-            if isinstance(path, str) and "." in path:
-                module, _, name = path.rpartition(".")
-                try:
-                    cls = getattr(importlib.import_module(module), name)
-                except (ImportError, AttributeError):
-                    cls = None
-                if isinstance(getattr(cls, "dataset_name", None), str):
-                    names.add(cls.dataset_name)
+            cls = class_named(path) if isinstance(path, str) and "." in path else None
+            if isinstance(getattr(cls, "dataset_name", None), str):
+                names.add(cls.dataset_name)
             for v in node.values():
                 walk(v)
         elif isinstance(node, list):
@@ -159,7 +146,7 @@ def export_evidence(
             "rerun the study from the committed file before exporting its results"
         )
     plan = read_plan(root)["jobs"]
-    claims = _claims(committed, plan)
+    claims = parse_study_claims(committed, plan)
     if not claims:
         raise StudyError(f"{study_file} declares no claims: nothing to keep evidence for")
     reads: dict[str, set[str]] = {}
@@ -290,4 +277,4 @@ def recompute(csv_path: str | Path, study_file: str | Path) -> list[Any]:
     table = table.assign(**{c: table[c].map(_plain) for c in table.columns if c != "value"})
     state = provenance.get("replicates")
     pilot = state["pilot"] if state and state.get("added") else None
-    return evaluate_claims(_claims(text, plan), table, pilot)
+    return evaluate_claims(parse_study_claims(text, plan), table, pilot)

@@ -126,6 +126,7 @@ def pilot_replicates(root: str | Path) -> list[int] | None:
 def second_stage(study: Study, root: str | Path, log: Callable[[str], None]) -> list[int]:
     """Decide the second stage of a ``replicates: auto`` study whose pilot ran in ``root``: the
     values of its key to add (possibly none), written to ``replicates.json``."""
+    from lmc.studies.claims import parse_study_claims
     from lmc.studies.inference import stage_replicates
     from lmc.studies.results import results
     from lmc.studies.store import read_plan
@@ -136,13 +137,7 @@ def second_stage(study: Study, root: str | Path, log: Callable[[str], None]) -> 
     pilot = list(spec.pilot)
     tidy = results(root)
     plan = read_plan(root)["jobs"]
-    import yaml
-
-    from lmc.studies.claims import parse_claims, plan_ties, plan_values
-
-    claims = parse_claims(
-        yaml.safe_load(study.text)["claims"], study, plan_values(plan), plan_ties(plan)
-    )
+    claims = parse_study_claims(study.text, plan)
     pairs = any(s.pairs is not None and s.pairs.partners for s in study.evaluate)
     need, reasons = 0, []
     for claim, result in zip(claims, evaluate_claims(claims, tidy)):

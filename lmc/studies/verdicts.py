@@ -22,9 +22,7 @@ from lmc.studies.claims import (
     Claim,
     check_claim_metrics,
     nonnegative,
-    parse_claims,
-    plan_ties,
-    plan_values,
+    parse_study_claims,
     same_value,
 )
 
@@ -654,13 +652,8 @@ def evaluate_study_claims(
     Raises:
         StudyError: a claim does not fit the study.
     """
-    import yaml
-
-    data = yaml.safe_load(text) or {}
-    if not data.get("claims"):
-        return []
-    claims = parse_claims(data["claims"], data, plan_values(plan), plan_ties(plan))
-    return evaluate_claims(claims, tidy, pilot)
+    claims = parse_study_claims(text, plan)
+    return evaluate_claims(claims, tidy, pilot) if claims else []
 
 
 def study_claims(root: Any) -> list[ClaimResult]:
