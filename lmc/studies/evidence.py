@@ -51,24 +51,22 @@ def study_hash(text: str) -> str:
 
 
 def _lmc_commit() -> str:
+    """HEAD of the lmc checkout (:func:`lmc.studies.report._git_commit`), marked when ``lmc/``
+    has uncommitted changes."""
+    from lmc.studies.report import _git_commit
+
     here = Path(__file__).resolve().parents[2]
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "lmc"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+    head = _git_commit(here)
+    if head is None:
         from importlib import metadata
 
         return f"lmc {metadata.version('lmc')} (no git checkout)"
+    dirty = subprocess.run(
+        ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "lmc"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    ).stdout.strip()
     return head + ("+uncommitted changes in lmc/" if dirty else "")
 
 

@@ -90,13 +90,14 @@ def results(root: str | Path) -> pd.DataFrame:
         if not store.is_done(job) or store.damage(job):
             continue  # a damaged job: listed by job_table and status, redone by the next run
         coords = {k: hashable(job["coordinates"].get(k)) for k in keys}
+        ends = endpoints(job)
         for metric, value in job_metrics(store.run_dir(job)).items():
             rows.append(
                 {
                     "stage": job["stage"],
                     "job": job["id"],
                     **coords,
-                    "endpoints": endpoints(job),
+                    "endpoints": ends,
                     "metric": metric,
                     "value": value,
                 }
