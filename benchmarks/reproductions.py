@@ -97,7 +97,10 @@ def recompute_all(base: Path = EVIDENCE) -> dict[str, Any]:
                     "file": study_file(scale, name).as_posix(),
                     "jobs": provenance["claimed_jobs"],
                     "jobs_done": provenance["claimed_jobs_done"],
-                    "ran": {k: provenance[k] for k in ("date", "lmc_commit", "device", "datasets")},
+                    "ran": {
+                        k: provenance.get(k)
+                        for k in ("date", "lmc_commit", "lmc_commits_run", "device", "datasets")
+                    },
                     "claims": [r.as_dict() for r in results],
                 }
             )
@@ -197,6 +200,21 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _short(commit: Any) -> str:
+    """A commit as git shows it short (7 hex digits and its marker), other words as they are."""
+    head, plus, rest = str(commit).partition("+")
+    return head[:7] + plus + rest if all(c in "0123456789abcdef" for c in head) else str(commit)
+
+
+def _commits(ran: dict[str, Any]) -> str:
+    """Which lmc made the results: the commits its runs started at (recorded in plan.json
+    since they are), else the commit they were exported at."""
+    runs = ran.get("lmc_commits_run")
+    if runs:
+        return "ran at lmc " + ", ".join(_short(c) for c in runs)
+    return f"kept at lmc {str(ran['lmc_commit'])[:7]}"
+
+
 def render(data: dict[str, Any]) -> str:
     """The Markdown table of every claim of ``data`` (:func:`collect`)."""
     lines = [
@@ -208,8 +226,7 @@ def render(data: dict[str, Any]) -> str:
         label = f"{study['name']} (`{study['file']}`)"
         ran = study.get("ran")
         if ran:
-            commit = str(ran["lmc_commit"])[:7]
-            label += f" (results of {ran['date']} on {ran['device']}, kept at lmc {commit})"
+            label += f" (results of {ran['date']} on {ran['device']}, {_commits(ran)})"
         if study["scale"] != "cpu":
             label += f" ({SCALES.get(study['scale'], study['scale'])})"
         if study["jobs_done"] < study["jobs"]:

@@ -17,7 +17,6 @@ import datetime as _dt
 import hashlib
 import json
 import platform
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import yaml
 
 from lmc.studies.claims import parse_study_claims
 from lmc.studies.schema import StudyError
+from lmc.studies.store import lmc_commit, run_commits
 
 SCHEMA = "lmc.evidence"
 VERSION = 1
@@ -48,26 +48,6 @@ def study_hash(text: str) -> str:
     data = yaml.safe_load(text) or {}
     run = {k: v for k, v in data.items() if k not in ANALYSIS_KEYS}
     return hashlib.sha256(json.dumps(run, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _lmc_commit() -> str:
-    """HEAD of the lmc checkout (:func:`lmc.studies.report._git_commit`), marked when ``lmc/``
-    has uncommitted changes."""
-    from lmc.studies.report import _git_commit
-
-    here = Path(__file__).resolve().parents[2]
-    head = _git_commit(here)
-    if head is None:
-        from importlib import metadata
-
-        return f"lmc {metadata.version('lmc')} (no git checkout)"
-    dirty = subprocess.run(
-        ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "lmc"],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    ).stdout.strip()
-    return head + ("+uncommitted changes in lmc/" if dirty else "")
 
 
 def _device() -> str:
@@ -179,9 +159,10 @@ def export_evidence(
         "study_sha256": study_hash(committed),
         "results": csv_path.name,
         "results_sha256": sha256_file(csv_path),
-        # the commit the results were exported at (a study folder records none of its own; the
-        # run precedes it), with a marker when lmc/ had uncommitted changes then
-        "lmc_commit": _lmc_commit(),
+        # the commit the results were exported at, with a marker when lmc/ had uncommitted
+        # changes then; and the commits the study's runs started at (plan.json's runs)
+        "lmc_commit": lmc_commit(),
+        "lmc_commits_run": run_commits(root),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
         "device": _device(),
         "versions": {

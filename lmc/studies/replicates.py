@@ -7,7 +7,17 @@
       budget: 40             # values of the key in all, the pilot's included
       key: seed_everything   # default: seed_everything
 
-The train grid's values of ``key`` are the pilot. Once its jobs are done, ``lmc study run``
+The train grid's values of ``key`` are the pilot. A key zipped with others is a *trial* (e.g.
+``data.init_args.seed`` zipped with ``seed_everything``: one data seed, several models): an
+added trial copies the first trial's rows of the zip with a new value of ``key``, and the zip's
+keys listed in ``fresh`` (its models' seeds) take values after the largest used, so that no
+added model repeats one of the pilot's:
+
+.. code-block:: yaml
+
+    replicates: {auto: true, budget: 8, key: data.init_args.seed, fresh: [seed_everything]}
+
+ Once its jobs are done, ``lmc study run``
 evaluates every claim on them and adds the values the claims need for 80 % power at the
 pilot's mean and spread (:func:`lmc.studies.inference.stage_replicates`; the most any claim
 needs, within the budget), written to ``replicates.json`` in the study folder, then runs their
@@ -46,8 +56,10 @@ def parse_replicates(value: Any, study: Study, pilot_grid: Mapping[str, Any]) ->
             f"replicates must be a mapping such as {{auto: true, budget: 40}}, got {value!r}"
         )
     for key in value:
-        if key not in ("auto", "budget", "key"):
-            raise StudyError(f"unknown key {key!r} in replicates; valid keys: auto, budget, key")
+        if key not in ("auto", "budget", "key", "fresh"):
+            raise StudyError(
+                f"unknown key {key!r} in replicates; valid keys: auto, budget, key, fresh"
+            )
     if value.get("auto") is not True:
         raise StudyError(
             "replicates: auto: true is its one mode (a pilot, then the replicates the claims "
@@ -60,16 +72,14 @@ def parse_replicates(value: Any, study: Study, pilot_grid: Mapping[str, Any]) ->
             f"replicates.key {key!r} is not a key of the train grid: the grid's values of it "
             f"are the pilot (its keys: {', '.join(pilot_grid) or 'none'})"
         )
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in pilot):
+    if not _integers(pilot):
         raise StudyError(
             f"replicates: auto adds values of {key!r} after its pilot's, so they must be "
             f"integers (seeds), got {pilot!r}"
         )
-    if any(key in group for group in study.train.zip):
-        raise StudyError(
-            f"replicates.key {key!r} is zipped with other keys: the values it adds would have no "
-            "partners; take it out of train.zip"
-        )
+    zipped = next((tuple(g) for g in study.train.zip if key in g), ())
+    fresh = _fresh(value.get("fresh", []), key, zipped, pilot_grid)
+    pilot = list(dict.fromkeys(pilot))  # a trial's value once, in the grid's order
     budget = value.get("budget")
     if budget is None:
         raise StudyError(
@@ -92,7 +102,45 @@ def parse_replicates(value: Any, study: Study, pilot_grid: Mapping[str, Any]) ->
                 f"claim {claim.name!r} is a {claim.test} claim, whose estimate is not a mean over "
                 "replicates: replicates: auto cannot size it; list the seeds in the train grid"
             )
-    return Replicates(key=key, budget=budget, pilot=tuple(pilot))
+    return Replicates(key=key, budget=budget, pilot=tuple(pilot), fresh=fresh, zipped=zipped)
+
+
+def _integers(values: Any) -> bool:
+    return isinstance(values, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in values
+    )
+
+
+def _fresh(
+    value: Any, key: str, zipped: tuple[str, ...], grid: Mapping[str, Any]
+) -> tuple[str, ...]:
+    """``replicates.fresh``, checked: keys of ``key``'s zip with integer values; the zip's
+    ``seed_everything`` must be among them (else an added trial would retrain the first's
+    models)."""
+    if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
+        raise StudyError(f"replicates.fresh must be a list of train grid keys, got {value!r}")
+    if value and not zipped:
+        raise StudyError(
+            f"replicates.fresh names the keys an added trial renews, but replicates.key {key!r} "
+            "is not zipped with any: drop fresh"
+        )
+    for name in value:
+        if name == key or name not in zipped:
+            raise StudyError(
+                f"replicates.fresh {name!r} is not a key zipped with {key!r}; its zip: "
+                f"{', '.join(k for k in zipped if k != key)}"
+            )
+        if not _integers(grid.get(name)):
+            raise StudyError(
+                f"replicates.fresh {name!r} takes new values after its largest, so its values "
+                f"must be integers (seeds), got {grid.get(name)!r}"
+            )
+    if SEED_KEY in zipped and SEED_KEY != key and SEED_KEY not in value:
+        raise StudyError(
+            f"replicates.key {key!r} is zipped with {SEED_KEY}: an added trial would retrain the "
+            f"first trial's models with their seeds; add fresh: [{SEED_KEY}]"
+        )
+    return tuple(value)
 
 
 def read_state(root: str | Path) -> dict[str, Any] | None:
@@ -110,10 +158,36 @@ def read_state(root: str | Path) -> dict[str, Any] | None:
     return state
 
 
-def added_values(root: str | Path) -> dict[str, list[int]] | None:
-    """The values the second stage adds to the train grid, ``{key: [...]}``, or ``None``."""
+def added_values(root: str | Path) -> dict[str, list[Any]] | None:
+    """The values the second stage appends to the train grid's keys (``{key: [...]}``, and a
+    trial's zipped keys beside it), or ``None``."""
     state = read_state(root)
-    return {state["key"]: list(state["added"])} if state else None
+    if not state:
+        return None
+    return state.get("append") or {state["key"]: list(state["added"])}
+
+
+def _append(study: Study, added: list[int]) -> dict[str, list[Any]]:
+    """The train grid's appended values for the ``added`` values of the replicate key: the
+    key's alone, or for a trial the first trial's rows of its zip, each with the new value of
+    the key and fresh values of ``fresh``."""
+    spec = study.replicates
+    assert spec is not None
+    if not spec.zipped:
+        return {spec.key: list(added)}
+    grid = study.train.grid
+    rows = [dict(zip(spec.zipped, r)) for r in zip(*(grid[k] for k in spec.zipped))]
+    template = [r for r in rows if r[spec.key] == spec.pilot[0]]
+    after = {k: max(grid[k]) + 1 for k in spec.fresh}
+    append: dict[str, list[Any]] = {k: [] for k in spec.zipped}
+    for value in added:
+        for row in template:
+            new = {**row, spec.key: value}
+            for k in spec.fresh:
+                new[k], after[k] = after[k], after[k] + 1
+            for k in spec.zipped:
+                append[k].append(new[k])
+    return append
 
 
 def pilot_replicates(root: str | Path) -> list[int] | None:
@@ -138,7 +212,10 @@ def second_stage(study: Study, root: str | Path, log: Callable[[str], None]) -> 
     tidy = results(root)
     plan = read_plan(root)["jobs"]
     claims = parse_study_claims(study.text, plan)
-    pairs = any(s.pairs is not None and s.pairs.partners for s in study.evaluate)
+    pairs = any(  # pairs of the key's own values (not of models within a trial)
+        s.pairs is not None and s.pairs.partners and s.pairs.vary == spec.key
+        for s in study.evaluate
+    )
     need, reasons = 0, []
     for claim, result in zip(claims, evaluate_claims(claims, tidy)):
         values = result.values
@@ -156,7 +233,13 @@ def second_stage(study: Study, root: str | Path, log: Callable[[str], None]) -> 
     count = min(need, room)
     start = max(pilot) + 1
     added = list(range(start, start + count))
-    state = {"key": spec.key, "pilot": pilot, "added": added, "budget": spec.budget}
+    state = {
+        "key": spec.key,
+        "pilot": pilot,
+        "added": added,
+        "budget": spec.budget,
+        "append": _append(study, added),
+    }
     (Path(root) / STATE).write_text(json.dumps(state, indent=1) + "\n")
     log(
         f"replicates: auto: the pilot's {len(pilot)} values of {spec.key} done; adding "

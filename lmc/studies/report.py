@@ -12,7 +12,6 @@ import json
 import math
 import platform
 import re
-import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,7 +22,7 @@ import yaml
 
 from lmc.interpolation.barrier import NORMALIZED_MIN_LOSS
 from lmc.io import atomic_write
-from lmc.studies.store import read_plan, read_study_copy, study_folder
+from lmc.studies.store import git_commit, read_plan, read_study_copy, study_folder
 
 REPORT_DIR = "report"
 _NO_FIGURE = "No figure (none declared under figures: in the study file, or no job done)."
@@ -100,20 +99,6 @@ def _md_table(frame: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _git_commit(folder: Path) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(folder), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
 def _environment(study_file: str | None) -> dict[str, str]:
     from lmc.results import environment_versions
 
@@ -129,7 +114,7 @@ def _environment(study_file: str | None) -> dict[str, str]:
     except Exception:  # pragma: no cover - torch missing or broken
         pass
     if study_file:
-        commit = _git_commit(Path(study_file).parent)
+        commit = git_commit(Path(study_file).parent)
         if commit:
             env["git commit"] = commit
     env["report written"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

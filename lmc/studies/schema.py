@@ -287,6 +287,11 @@ class Replicates:
     key: str
     budget: int
     pilot: tuple[int, ...]
+    #: a zipped ``key`` (trials): the keys of its zip whose values an added trial takes fresh
+    #: (its models' seeds); the zip's other keys are copied from the first trial
+    fresh: tuple[str, ...] = ()
+    #: the zip ``key`` belongs to (``()`` when it is a plain grid key)
+    zipped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,13 +23,16 @@ from lmc.studies.schema import Study, StudyError
 
 JOB_FILE = "job.json"
 PLAN_FILE = "plan.json"
+#: the lmc commit of runs made before plan.json recorded it
+UNRECORDED = "unrecorded"
 STUDY_FILE = "study.yaml"
 LOCK_FILE = ".lock"
 DAMAGED_DIR = "damaged"  # done jobs whose outputs did not read, set aside before their rerun
 
 
 def read_plan(root: str | Path) -> dict[str, Any]:
-    """The study folder ``root``'s ``plan.json`` (``study``, ``file``, ``jobs``).
+    """The study folder ``root``'s ``plan.json`` (``study``, ``file``, ``runs``: each run's lmc
+    commit and start, ``jobs``).
 
     Raises:
         StudyError: it is missing, or damaged (not JSON, no job list), in one line naming the
@@ -165,9 +169,23 @@ class StudyStore:
                     f"({study.path}); give another --dir, or --force to run it there anyway"
                 )
         atomic_write(copy, lambda f: f.write(study.text), mode="w")
+        path = self.root / PLAN_FILE
+        try:
+            saved = json.loads(path.read_text()) if path.is_file() else {}
+        except ValueError:
+            saved = {}
+        # a folder from before lmc recorded its runs: say so rather than credit this commit
+        runs = saved.get("runs", [{"lmc_commit": UNRECORDED, "started": None}] if saved else [])
+        # each run's lmc commit, so that results can say which code made them
+        runs = [*runs, {"lmc_commit": lmc_commit(), "started": _now()}]
         _write_json(
-            self.root / PLAN_FILE,
-            {"study": study.name, "file": str(study.path), "jobs": [j.to_json() for j in jobs]},
+            path,
+            {
+                "study": study.name,
+                "file": str(study.path),
+                "runs": runs,
+                "jobs": [j.to_json() for j in jobs],
+            },
         )
 
     def plan(self) -> list[dict[str, Any]]:
@@ -349,3 +367,57 @@ def damaged_jobs(root: str | Path) -> list[tuple[dict[str, Any], str]]:
         if why:
             found.append((job, why))
     return found
+
+
+def _now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def git_commit(folder: Path) -> str | None:
+    """HEAD of the git checkout ``folder`` is in, or ``None`` (no git, not a checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def lmc_commit() -> str:
+    """HEAD of the lmc checkout this code runs from, marked when ``lmc/`` has uncommitted
+    changes; an installed lmc without a checkout gives its version."""
+    here = Path(__file__).resolve().parents[2]
+    head = git_commit(here) if (here / "lmc").is_dir() else None
+    if head is None:
+        from importlib import metadata
+
+        return f"lmc {metadata.version('lmc')} (no git checkout)"
+    try:
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "lmc"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        dirty = ""
+    return head + ("+uncommitted changes in lmc/" if dirty else "")
+
+
+def run_commits(root: str | Path) -> list[str] | None:
+    """The lmc commits the runs of the study folder ``root`` started at (first to last, each
+    once), or ``None`` for a folder whose plan records none (made before lmc recorded them)."""
+    path = Path(root) / PLAN_FILE
+    try:
+        runs = json.loads(path.read_text()).get("runs") if path.is_file() else None
+    except ValueError:
+        return None
+    return list(dict.fromkeys(r["lmc_commit"] for r in runs)) if runs else None

@@ -45,6 +45,10 @@ def test_verdicts_recomputed_from_the_committed_table_equal_the_folders(exported
     for key in ("lmc_commit", "date", "device", "versions", "datasets", "results_sha256"):
         assert record[key] or key == "datasets"  # synthetic data: no dataset files
     assert record["claimed_jobs"] == record["claimed_jobs_done"] == 6
+    # the commit the study ran at, recorded in plan.json by the run itself
+    (ran,) = record["lmc_commits_run"]
+    assert ran == json.loads((out / "plan.json").read_text())["runs"][0]["lmc_commit"]
+    assert ran.split("+")[0] == record["lmc_commit"].split("+")[0]
     table = pd.read_csv(csv)
     assert list(table.columns) == ["stage", "job", WIDTH, "seed_everything", "endpoints"] + [
         "metric",

@@ -83,3 +83,58 @@ def test_the_pilot_then_the_seeds_the_claims_need_decided_by_two_stages(tmp_path
     # a second run finds everything done and decides nothing again
     again = run_study(path, tmp_path / "out", log=lambda _: None)
     assert not again.ran and json.loads((tmp_path / "out" / "replicates.json").read_text()) == state
+
+
+DATA_SEED = "data.init_args.seed"
+
+
+def trial_study(**replicates) -> dict:
+    """Trials: one data seed (and teacher) per trial, two models each, the barrier of each
+    trial's pair; the claim's replicates are the trials."""
+    study = tiny_study(
+        claims=[width_claim(replicate=DATA_SEED)],
+        grid={WIDTH: [4, 8], DATA_SEED: [0, 0, 1, 1], "seed_everything": [0, 1, 2, 3]},
+        zip=[[DATA_SEED, "seed_everything"]],
+        replicates={"auto": True, "budget": 4, "key": DATA_SEED, **replicates},
+    )
+    study["evaluate"][0]["pairs"] = {"over": [WIDTH, DATA_SEED], "vary": "seed_everything"}
+    return study
+
+
+@pytest.mark.parametrize(
+    ("fresh", "match"),
+    [
+        (None, r"retrain the first trial's models with their seeds; add fresh: \[seed_everything"),
+        (["lr"], "'lr' is not a key zipped with 'data.init_args.seed'"),
+        ("seed_everything", "must be a list of train grid keys"),
+    ],
+)
+def test_a_trial_key_needs_its_models_seeds_renewed(tmp_path, fresh, match):
+    changes = {} if fresh is None else {"fresh": fresh}
+    with pytest.raises(StudyError, match=match):
+        load_study(write_study(tmp_path, trial_study(**changes)))
+    plain = auto_study(replicates={**AUTO, "fresh": ["seed_everything"]})
+    with pytest.raises(StudyError, match="is not zipped with any: drop fresh"):
+        load_study(write_study(tmp_path, plain))
+
+
+def test_an_added_trial_copies_the_first_with_new_data_and_model_seeds(tmp_path):
+    path = write_study(tmp_path, trial_study(fresh=["seed_everything"]))
+    assert load_study(path).replicates.pilot == (0, 1)  # a trial's value once
+    run_study(path, tmp_path / "out", log=lambda _: None)
+    state = json.loads((tmp_path / "out" / "replicates.json").read_text())
+    # the budget's two trials, each the first trial's two rows with new data and model seeds
+    assert state["pilot"] == [0, 1] and state["added"] == [2, 3]
+    assert state["append"] == {DATA_SEED: [2, 2, 3, 3], "seed_everything": [4, 5, 6, 7]}
+    tidy = results(tmp_path / "out")
+    trained = tidy[tidy.stage == "train"][[DATA_SEED, "seed_everything"]].drop_duplicates()
+    assert sorted(map(tuple, trained.to_numpy().tolist())) == [
+        (0, 0), (0, 1), (1, 2), (1, 3), (2, 4), (2, 5), (3, 6), (3, 7)
+    ]  # fmt: skip
+    rows = tidy[tidy.metric == "barrier_loss_matched"]
+    by = {(r[WIDTH], r[DATA_SEED]): r.value for _, r in rows.iterrows()}
+    d = np.array([by[(8, t)] - by[(4, t)] for t in range(4)])
+    expected, z = inf.two_stage_verdict(d[:2], d[2:], -1)
+    (claim,) = study_claims(tmp_path / "out")
+    assert claim.verdict == expected and claim.n == 4
+    assert claim.design.startswith("two stages (replicates: auto): 2 pilot and 2 added")
