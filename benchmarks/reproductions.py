@@ -131,10 +131,10 @@ def counts(data: dict[str, Any], committed: dict[str, Any] | None = None) -> dic
     out = {"claims": len(claims), "recomputed_equal": equal}
     for v in ("reproduced", "contradicted", "inconclusive"):  # the paper's settings only
         out[v] = sum(c["verdict"] == v for c in paper)
-    out["inconclusive_resolvable_within_budget"] = sum(
+    out["inconclusive_resolvable_within_budget"] = sum(  # by more replicates than it has
         c["verdict"] == "inconclusive"
         and c.get("n_needed") is not None
-        and c["n_needed"] <= REPLICATE_BUDGET
+        and c["n"] < c["n_needed"] <= REPLICATE_BUDGET
         for c in paper
     )
     out["lmc_setting"] = len(claims) - len(paper)
@@ -184,7 +184,15 @@ def _here(claim: dict[str, Any]) -> str:
 def _verdict(claim: dict[str, Any]) -> str:
     text = f"**{claim['verdict']}**"
     needed = claim.get("n_needed")
-    if claim["verdict"] == "inconclusive" and needed is not None and not math.isnan(needed):
+    spent = str(claim.get("design", "")).startswith("two stages")
+    if claim["verdict"] == "inconclusive" and spent:
+        text += " (replicates: auto spent its budget"
+        text += (
+            f"; about {needed:.0f} independent replicates would resolve it at the pooled mean)"
+            if needed is not None and math.isfinite(needed)
+            else "; no number of replicates resolves it at the pooled mean)"
+        )
+    elif claim["verdict"] == "inconclusive" and needed is not None and not math.isnan(needed):
         text += (
             f" (about {needed:.0f} independent replicates would resolve it at 80 % power"
             + (f", beyond the budget of {REPLICATE_BUDGET})" if needed > REPLICATE_BUDGET else ")")

@@ -238,7 +238,14 @@ def _two_stage(stat: dict[str, Any], keys: list[Any], values: Any, sign: int) ->
         return stat
     result, z = inference.two_stage_verdict(values[first], values[~first], sign)
     stat["verdict"] = result
-    stat["n_needed"] = None
+    # still inconclusive with the budget spent: the replicates a design at the pooled mean and
+    # spread would need (a study file sizing a new run reads it)
+    pooled = inference.mean_interval(values)
+    stat["n_needed"] = (
+        replicates_needed(pooled.estimate, pooled.spread, None)
+        if result == "inconclusive"
+        else None
+    )
     stat["design"] = (
         f"two stages (replicates: auto): {int(first.sum())} pilot and {int((~first).sum())} "
         f"added replicates, decided by the inverse-normal combination of their one-sided t "
