@@ -26,7 +26,8 @@ own t tests (:func:`lmc.studies.inference.two_stage_verdict`; Lehmacher and Wass
 adaptive design whose error on null data stays at 5 % although the second stage's size depends
 on the pilot (``benchmarks/calibration.py``: ``false_verdict_rate_auto``); a plain t test over
 both stages would not. Claims whose estimate is not a mean over replicates (``fit``,
-``equivalent``) cannot be sized this way and are refused with ``auto``.
+``equivalent``) cannot be sized this way: they are decided on the pilot alone (a study of only
+such claims is refused).
 """
 
 from __future__ import annotations
@@ -38,10 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from lmc.studies.schema import SEED_KEY, Replicates, Study, StudyError
+from lmc.studies.verdicts import PILOT_ONLY
 
 STATE = "replicates.json"
-#: tests whose estimate is not a mean over replicates: no two-stage test for them
-UNSUPPORTED = ("fit", "equivalent")
 
 
 def parse_replicates(value: Any, study: Study, pilot_grid: Mapping[str, Any]) -> Replicates:
@@ -96,12 +96,12 @@ def parse_replicates(value: Any, study: Study, pilot_grid: Mapping[str, Any]) ->
             "replicates: auto sizes a study by its claims, and this one declares none: add "
             "claims, or list the seeds in the train grid and drop replicates:"
         )
-    for claim in study.claims:
-        if claim.test in UNSUPPORTED:
-            raise StudyError(
-                f"claim {claim.name!r} is a {claim.test} claim, whose estimate is not a mean over "
-                "replicates: replicates: auto cannot size it; list the seeds in the train grid"
-            )
+    if all(claim.test in PILOT_ONLY for claim in study.claims):
+        raise StudyError(
+            f"replicates: auto sizes a study by its claims' means over replicates, and this one's "
+            f"claims are all {' or '.join(PILOT_ONLY)} claims, which it cannot size: list the "
+            "seeds in the train grid and drop replicates:"
+        )
     return Replicates(key=key, budget=budget, pilot=tuple(pilot), fresh=fresh, zipped=zipped)
 
 
@@ -218,6 +218,9 @@ def second_stage(study: Study, root: str | Path, log: Callable[[str], None]) -> 
     )
     need, reasons = 0, []
     for claim, result in zip(claims, evaluate_claims(claims, tidy)):
+        if claim.test in PILOT_ONLY:
+            reasons.append(f"{claim.name}: decided on the pilot alone ({claim.test} test)")
+            continue
         values = result.values
         if values is None or len(values) < 2:
             reasons.append(f"{claim.name}: no pilot values to size it on")

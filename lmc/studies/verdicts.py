@@ -600,9 +600,34 @@ def evaluate_claims(
     check_claim_metrics(claims, {s: produced.get(s) for c in claims for s in c.metrics})
     token = _PILOT.set(None if pilot is None else frozenset(cell_key(v) for v in pilot))
     try:
-        return [_EVALUATE[c.test](c, table) for c in claims]
+        return [_evaluate(c, table) for c in claims]
     finally:
         _PILOT.reset(token)
+
+
+#: tests whose estimate is not a mean over replicates: no two-stage test; in a ``replicates:
+#: auto`` study they are decided on the pilot alone (a design fixed before any data)
+PILOT_ONLY = ("fit", "equivalent")
+
+
+def _evaluate(claim: Claim, table: pd.DataFrame) -> ClaimResult:
+    pilot = _PILOT.get()
+    if pilot is None or claim.test not in PILOT_ONLY:
+        return _EVALUATE[claim.test](claim, table)
+    keep = pd.Series(True, index=table.index)
+    for stage, key in claim.replicate.items():
+        if key in table:
+            mine = table.stage == stage
+            keep &= ~mine | table[key].map(lambda v: cell_key(v) in pilot)
+    if keep.all():  # the second stage has not run yet
+        return _EVALUATE[claim.test](claim, table)
+    result = _EVALUATE[claim.test](claim, table[keep])
+    result.design = (
+        f"the pilot's replicates alone (replicates: auto): a {claim.test} claim takes no "
+        f"two-stage test, so the added replicates, sized on the pilot, do not decide it; "
+        f"{result.design}"
+    )
+    return result
 
 
 def format_claims(results: Sequence[ClaimResult]) -> str:

@@ -38,7 +38,7 @@ def auto_study(**changes) -> dict:
         ({"claims": []}, "declares none"),
         (
             {"claims": [width_claim(test="equivalent", margin=0.1, expect="equal")]},
-            "is a equivalent claim",
+            "claims are all fit or equivalent claims, which it cannot size",
         ),
     ],
 )
@@ -48,7 +48,8 @@ def test_a_design_auto_cannot_size_is_refused_before_any_job(tmp_path, change, m
 
 
 def test_the_pilot_then_the_seeds_the_claims_need_decided_by_two_stages(tmp_path, capsys):
-    path = write_study(tmp_path, auto_study())
+    equal = width_claim(name="as_flat", test="equivalent", margin=0.1, expect="equal")
+    path = write_study(tmp_path, auto_study(claims=[width_claim(), equal]))
     lines: list[str] = []
     run_study(path, tmp_path / "out", log=lines.append)
     state = json.loads((tmp_path / "out" / "replicates.json").read_text())
@@ -64,7 +65,10 @@ def test_the_pilot_then_the_seeds_the_claims_need_decided_by_two_stages(tmp_path
     tidy = results(tmp_path / "out")
     seeds = set(tidy[tidy.stage == "train"].seed_everything)
     assert seeds == set(range(4 + len(added)))
-    (claim,) = study_claims(tmp_path / "out")
+    claim, pilot_only = study_claims(tmp_path / "out")
+    # an equivalence takes no two-stage test: decided on the pilot's two pairs alone
+    assert pilot_only.n == 2 and pilot_only.design.startswith("the pilot's replicates alone")
+    assert any("as_flat: decided on the pilot alone (equivalent test)" in x for x in lines)
     assert added  # two pairs leave this claim far from 80 % power: the budget's 4 more seeds
     if added:  # decided by the inverse-normal combination of the stages' own t tests
         rows = tidy[tidy.metric == "barrier_loss_matched"]
