@@ -118,3 +118,23 @@ def test_a_log_scale_row_shows_the_fold_change_the_design_and_a_setting_apart():
     )
     figures = reproductions.counts(data)
     assert figures["reproduced"] == 0 and figures["lmc_setting"] == 1
+
+
+def test_a_row_says_which_lmc_ran_it_and_why_it_is_still_open():
+    ran = {"lmc_commit": "f" * 40, "lmc_commits_run": ["unrecorded", "a" * 40 + "+uncommitted"]}
+    assert reproductions._commits(ran) == "ran at lmc unrecorded, aaaaaaa+uncommitted"
+    assert reproductions._commits({"lmc_commit": "b" * 40}) == "kept at lmc bbbbbbb"
+    claim = {"verdict": "inconclusive", "n": 28, "n_needed": 268.0}
+    spent = {**claim, "design": "two stages (replicates: auto): 8 pilot and 20 added"}
+    assert reproductions._verdict(spent) == (
+        "**inconclusive** (replicates: auto spent its budget; about 268 independent replicates "
+        "would resolve it at the pooled mean)"
+    )
+    assert "beyond the budget of 20" in reproductions._verdict(claim)
+    # counted as resolvable within the budget only where more replicates than it has would do
+    study = {"studies": [{"scale": "cpu", "name": "s", "claims": [
+        {**claim, "name": "a", "n_needed": 12.0, "n": 3},
+        {**claim, "name": "b", "n_needed": 12.0, "n": 20},
+        {**claim, "name": "c"},
+    ]}]}  # fmt: skip
+    assert reproductions.counts(study)["inconclusive_resolvable_within_budget"] == 1
