@@ -68,9 +68,12 @@ def tiny_study(
 ) -> Path:
     """``configs/studies/<name>.yaml`` with ``grid`` entries replaced, ``train_args`` appended to
     the train args and ``stage_args[stage]`` to an evaluate stage's (later args win), every
-    stage's ``pairs.reference`` set to ``references`` when given, written into ``tmp_path`` with
-    absolute config paths; ``changes`` replace top-level entries."""
+    stage's ``pairs.reference`` set to ``references`` when given, without ``replicates:``,
+    written into ``tmp_path`` with absolute config paths; ``changes`` replace top-level
+    entries."""
+    load_study(STUDIES / f"{name}.yaml")  # the shipped file loads, its replicates: checked
     study = yaml.safe_load((STUDIES / f"{name}.yaml").read_text())
+    study.pop("replicates", None)  # a tiny grid is no pilot: it runs its own replicates only
     train = study["train"]
     train["config"] = _absolute(train["config"])
     train["grid"].update(grid)
@@ -487,19 +490,20 @@ def test_000_fusion(tmp_path):
 
 
 def test_004_geometry(tmp_path):
-    """One trial of 3 MNIST models merged at n = 3: the distance ratios of the permuted models
-    average exactly 1 (each pair's distance over the mean of the pairs) and the one triplet's
-    three interior angles average exactly 60 degrees (they sum to 180), for every method; the
-    merged and the originals' sharpness are finite."""
+    """One trial of 4 MNIST models merged at n = 2, 3, 4: at n = 4 the distance ratios of the
+    permuted models average exactly 1 (each pair's distance over the mean of the pairs) and the
+    triplets' interior angles average exactly 60 degrees (each triangle's sum to 180), for every
+    method; the merged and the originals' sharpness are finite (at n = 2 too: the sharpness
+    against n)."""
     path = tiny_study(
         "004_geometry",
         tmp_path,
-        grid={"data.init_args.seed": [0, 0, 0], "seed_everything": [0, 1, 2]},
+        grid={"data.init_args.seed": [0, 0, 0, 0], "seed_everything": [0, 1, 2, 3]},
         train_args=[*TINY_MNIST, *TINY_FIT],
         stage_args={
             "merge": [
                 *TINY_MNIST,
-                "--model.init_args.num_models=[3]",
+                "--model.init_args.num_models=[2, 3, 4]",
                 "--model.init_args.evaluation.sharpness_probes=2",
                 "--trainer.max_epochs=1",
                 "--trainer.limit_train_batches=2",
@@ -507,21 +511,25 @@ def test_004_geometry(tmp_path):
         },
     )
     study = yaml.safe_load(path.read_text())
-    for fig in study["figures"]:  # n = 3 here, 6 in the study
-        fig["y"] = [y.replace("/n6/", "/n3/") for y in fig["y"]]
+    for fig in study["figures"]:  # n = 4 here, 6 in the study
+        fig["y"] = [y.replace("/n6/", "/n4/") for y in fig["y"]]
     for claim in study["claims"]:
+        if claim["test"] == "trend":  # sharpness against n: n = 2, 3, 4 here
+            claim["x_values"] = [2, 3, 4]
+            continue
         for side in ("a", "b"):
-            claim[side]["metric"] = claim[side]["metric"].replace("/n6/", "/n3/")
+            claim[side]["metric"] = claim[side]["metric"].replace("/n6/", "/n4/")
     path.write_text(yaml.safe_dump(study, sort_keys=False))
     table = run(path, tmp_path)
     for method in ("stemm", "mergemany", "wm_ref"):
-        (ratio,) = values(table, "merge", f"{method}/n3/distance_ratio_mean")
-        (angle,) = values(table, "merge", f"{method}/n3/angle_mean")
-        (sharp,) = values(table, "merge", f"{method}/n3/sharpness")
+        (ratio,) = values(table, "merge", f"{method}/n4/distance_ratio_mean")
+        (angle,) = values(table, "merge", f"{method}/n4/angle_mean")
+        (sharp,) = values(table, "merge", f"{method}/n4/sharpness")
         assert ratio == pytest.approx(1.0, abs=1e-6) and angle == pytest.approx(60.0, abs=1e-6)
         assert math.isfinite(sharp), method
-    (orig,) = values(table, "merge", "stemm/n3/originals_sharpness")
+    (orig,) = values(table, "merge", "stemm/n4/originals_sharpness")
     assert math.isfinite(orig)
+    assert all(map(math.isfinite, values(table, "merge", "stemm/n2/sharpness")))
 
 
 def test_003_pq_lr(tmp_path):
