@@ -623,7 +623,8 @@ def _evaluate(claim: Claim, table: pd.DataFrame) -> ClaimResult:
         return _EVALUATE[claim.test](claim, table)
     result = _EVALUATE[claim.test](claim, table[keep])
     result.design = (
-        f"the pilot's replicates alone (replicates: auto): a {claim.test} claim takes no "
+        f"the pilot's replicates alone (replicates: auto): "
+        f"{'an equivalence' if claim.test == 'equivalent' else 'a fit'} claim takes no "
         f"two-stage test, so the added replicates, sized on the pilot, do not decide it; "
         f"{result.design}"
     )
