@@ -154,14 +154,20 @@ class LocalPool:
 
             # the fork server (and the workers it forks) ignore Ctrl-C: a Ctrl-C while it imports
             # lmc printed its traceback under the study's line; the study stops the workers, and a
-            # job notes the interrupt itself (lmc.studies.execute.noting_interrupts)
+            # job notes the interrupt itself (lmc.studies.execute.noting_interrupts). SIGINT is
+            # blocked as well as ignored meanwhile: Linux keeps a blocked signal pending even
+            # when ignored, so a Ctrl-C in this window is raised here once the handler is back
+            # (ignored alone, it was lost and the study ran on); the fork server unblocks it.
             main = threading.current_thread() is threading.main_thread()
+            if main:
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
             try:
                 forkserver.ensure_running()
             finally:
                 if previous is not None:
                     signal.signal(signal.SIGINT, previous)
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         else:  # pragma: no cover - Windows: spawn, each worker imports lmc once
             context = mp.get_context("spawn")
         self.capacity = workers
