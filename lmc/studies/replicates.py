@@ -17,8 +17,7 @@ added model repeats one of the pilot's:
 
     replicates: {auto: true, budget: 8, key: data.init_args.seed, fresh: [seed_everything]}
 
- Once its jobs are done, ``lmc study run``
-evaluates every claim on them and adds the values the claims need for 80 % power at the
+Once the pilot's jobs are done, ``lmc study run`` evaluates every claim on them and adds the values the claims need for 80 % power at the
 pilot's mean and spread (:func:`lmc.studies.inference.stage_replicates`; the most any claim
 needs, within the budget), written to ``replicates.json`` in the study folder, then runs their
 jobs. A claim over both stages is decided by the inverse-normal combination of the two stages'

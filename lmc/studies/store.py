@@ -170,10 +170,7 @@ class StudyStore:
                 )
         atomic_write(copy, lambda f: f.write(study.text), mode="w")
         path = self.root / PLAN_FILE
-        try:
-            saved = json.loads(path.read_text()) if path.is_file() else {}
-        except ValueError:
-            saved = {}
+        saved = _saved_plan(path)
         # a folder from before lmc recorded its runs: say so rather than credit this commit
         runs = saved.get("runs", [{"lmc_commit": UNRECORDED, "started": None}] if saved else [])
         # each run's lmc commit, so that results can say which code made them
@@ -194,11 +191,7 @@ class StudyStore:
 
     def previous_plan(self, study: Study) -> list[dict[str, Any]] | None:
         """The jobs of the plan this folder holds for ``study`` (by name), or ``None``."""
-        path = self.root / PLAN_FILE
-        try:
-            saved = json.loads(path.read_text()) if path.is_file() else None
-        except ValueError:
-            return None
+        saved = _saved_plan(self.root / PLAN_FILE)
         if not saved or saved.get("study") != study.name:
             return None
         return saved.get("jobs")
@@ -369,6 +362,15 @@ def damaged_jobs(root: str | Path) -> list[tuple[dict[str, Any], str]]:
     return found
 
 
+def _saved_plan(path: Path) -> dict[str, Any]:
+    """The ``plan.json`` at ``path`` as saved, or ``{}`` when there is none or it is damaged
+    (:func:`read_plan` is the checked read)."""
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:
+        return {}
+
+
 def _now() -> str:
     from datetime import datetime, timezone
 
@@ -415,9 +417,5 @@ def lmc_commit() -> str:
 def run_commits(root: str | Path) -> list[str] | None:
     """The lmc commits the runs of the study folder ``root`` started at (first to last, each
     once), or ``None`` for a folder whose plan records none (made before lmc recorded them)."""
-    path = Path(root) / PLAN_FILE
-    try:
-        runs = json.loads(path.read_text()).get("runs") if path.is_file() else None
-    except ValueError:
-        return None
+    runs = _saved_plan(Path(root) / PLAN_FILE).get("runs")
     return list(dict.fromkeys(r["lmc_commit"] for r in runs)) if runs else None
