@@ -127,7 +127,17 @@ PARTS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         60,
         {"stemm_epoch_s": "stemm_epoch_s"},
     ),
+    "paper_study": (
+        [PY, "benchmarks/gpu.py", "--paper-study", "000_training_mnist"],
+        540,
+        {
+            "paper_study_000_training_mnist_s": "paper_study_000_training_mnist_s",
+            "paper_study_000_training_mnist_jobs_done": "paper_study_000_training_mnist_jobs_done",
+        },
+    ),
 }
+#: ``paper_study``'s study runs under this cap (s), its evidence exported after, within the part's
+PAPER_STUDY_CAP = 480
 
 
 def last_line_values(text: str) -> dict[str, str]:
@@ -145,6 +155,8 @@ def run_part(name: str, out: Path, scale: float) -> dict[str, str]:
     if name == "tests":
         cmd = [PY, "-m", "pytest", "-m", "gpu", "-q", "-rfE", "-p", "no:cacheprovider"]
         cmd += [f"--junitxml={out / 'junit.xml'}", "tests"]
+    if name == "paper_study":
+        cmd = [*cmd, "--out", str(out)]
     cap = int(cap * scale)
     t0 = time.perf_counter()
     log = out / f"{name}.log"
@@ -253,15 +265,62 @@ def count_syncs(steps: int = 60) -> None:
     print(f"train_syncs_per_step={sum(sites.values()) / max(counter.steps, 1):.3f}")
 
 
+def paper_study(name: str, out: Path, workers: int, cap: int = PAPER_STUDY_CAP) -> None:
+    """Run the paper-scale study ``configs/studies/paper/<name>.yaml`` end to end under ``cap``
+    seconds (``lmc study run``, ``workers`` jobs at once on the one GPU), then export its evidence
+    (``benchmarks/reproductions.py --collect``) and copy the per-job table and its provenance to
+    ``out``: committed under ``docs/reproductions/results/paper/``, they put the study's claims in
+    the Reproductions table. A study stopped at the cap exports the jobs it finished."""
+    import shutil
+
+    from benchmarks.reproductions import evidence_csv
+
+    studies = Path(tempfile.mkdtemp(prefix="lmc-paper-"))
+    folder = studies / "paper" / name
+    cmd = [PY, "-m", "lmc", "study", "run", f"configs/studies/paper/{name}.yaml"]
+    cmd += ["--dir", str(folder), "--workers", str(workers)]
+    print(" ".join(cmd), flush=True)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, timeout=cap, check=False)
+        status = "finished" if proc.returncode == 0 else f"exit {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        status = f"stopped at {cap} s"
+    took = time.perf_counter() - t0
+    print(f"study {status} in {took:.0f} s", flush=True)
+    subprocess.run([PY, "-m", "lmc", "study", "status", str(folder)], cwd=ROOT, check=False)
+    collect = [PY, "benchmarks/reproductions.py", "--collect", "--dir", str(studies)]
+    subprocess.run(collect + ["--only", name], cwd=ROOT, check=False)
+    csv = evidence_csv("paper", name)
+    done = "nan"
+    for file in (csv, csv.with_suffix(".json")):
+        if file.is_file():
+            shutil.copy(file, out / file.name)
+    if csv.with_suffix(".json").is_file():
+        import json
+
+        done = json.loads(csv.with_suffix(".json").read_text()).get("claimed_jobs_done", "nan")
+    print(
+        f"paper_study_{name}_s={took if status == 'finished' else float('nan'):.1f} "
+        f"paper_study_{name}_jobs_done={done} workers={workers}"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="logs (default: $OUT or a tmp)")
     parser.add_argument("--only", nargs="+", choices=list(PARTS), default=list(PARTS))
     parser.add_argument("--caps", type=float, default=1.0, help="scale every part's time cap")
     parser.add_argument("--count-syncs", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--paper-study", metavar="NAME", help=argparse.SUPPRESS)
+    parser.add_argument("--study-workers", type=int, default=4, help="paper_study's workers")
     args = parser.parse_args(argv)
     if args.count_syncs:
         count_syncs()
+        return
+    if args.paper_study:
+        out = args.out or Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="lmc-gpu-"))
+        paper_study(args.paper_study, out, args.study_workers)
         return
     import torch
 

@@ -392,15 +392,26 @@ def git_commit(folder: Path) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+#: the commit a copy of a checkout without its ``.git`` runs (the GPU machine gets the working
+#: tree alone): set it there to the commit the copy was made from
+COMMIT_ENV = "LMC_COMMIT"
+
+
 def lmc_commit() -> str:
     """HEAD of the lmc checkout this code runs from, marked when ``lmc/`` has uncommitted
-    changes; an installed lmc without a checkout gives its version."""
+    changes; without a checkout, ``$LMC_COMMIT`` (a copied working tree) or the installed
+    version."""
     here = Path(__file__).resolve().parents[2]
     head = git_commit(here) if (here / "lmc").is_dir() else None
     if head is None:
+        if os.environ.get(COMMIT_ENV):
+            return f"{os.environ[COMMIT_ENV]} (a copy without git: ${COMMIT_ENV})"
         from importlib import metadata
 
-        return f"lmc {metadata.version('lmc')} (no git checkout)"
+        try:
+            return f"lmc {metadata.version('lmc')} (no git checkout)"
+        except metadata.PackageNotFoundError:
+            return "unknown (no git checkout, not installed: set $LMC_COMMIT)"
     try:
         dirty = subprocess.run(
             ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "lmc"],
