@@ -103,6 +103,10 @@ def study_main(args: list[str], raise_errors: bool = False) -> None:
             f"recorded as interrupted: `{again}` goes on from there (resuming them from their "
             "last checkpoint)\n"
         )
+        if threading.current_thread() is threading.main_thread():
+            # stopped and said so: exit 130 as said, also when a second SIGINT comes in while
+            # the interpreter shuts down (it reached the study as a -2 death, 1 run in ~20)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise SystemExit(130) from None
     finally:
         if ns.command == "run" and threading.current_thread() is threading.main_thread():

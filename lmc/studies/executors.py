@@ -150,23 +150,25 @@ class LocalPool:
         if "forkserver" in mp.get_all_start_methods():
             context = mp.get_context("forkserver")
             context.set_forkserver_preload(["lmc.engine.app"])
-            from multiprocessing import forkserver
+            from multiprocessing import forkserver, resource_tracker
 
-            # the fork server (and the workers it forks) ignore Ctrl-C: a Ctrl-C while it imports
-            # lmc printed its traceback under the study's line; the study stops the workers, and a
-            # job notes the interrupt itself (lmc.studies.execute.noting_interrupts). SIGINT is
-            # blocked as well as ignored meanwhile: Linux keeps a blocked signal pending even
-            # when ignored, so a Ctrl-C in this window is raised here once the handler is back
-            # (ignored alone, it was lost and the study ran on); the fork server unblocks it.
+            # The fork server (and the workers it forks) must not see a Ctrl-C: one while it
+            # imported lmc printed its traceback under the study's line; the study stops the
+            # workers, and a job notes the interrupt itself (execute.noting_interrupts). So
+            # SIGINT is blocked here while it starts: it inherits the mask, keeps the signal
+            # pending and ignores it once it runs (multiprocessing.forkserver.main), and a
+            # Ctrl-C in this window stays pending here and is raised once unblocked. The
+            # resource tracker starts first: its start unblocks SIGINT in this thread (CPython
+            # masks it around that start and unmasks it after), which reopened the window
+            # when it ran inside it (a Ctrl-C then was lost, about 1 study in 10).
+            resource_tracker.ensure_running()
             main = threading.current_thread() is threading.main_thread()
             if main:
                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-            previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
             try:
                 forkserver.ensure_running()
             finally:
-                if previous is not None:
-                    signal.signal(signal.SIGINT, previous)
+                if main:
                     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         else:  # pragma: no cover - Windows: spawn, each worker imports lmc once
             context = mp.get_context("spawn")

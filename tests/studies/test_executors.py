@@ -217,6 +217,15 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+def _cmdline(pid: int) -> str:
+    """The command line of process ``pid``; "" once it has exited (a child can end between
+    listing and reading)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return ""
+
+
 def _gone(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -262,9 +271,7 @@ def _start_two_workers(tmp_path: Path, **popen: Any) -> tuple[Any, Path, Path, l
         while len(list(out.glob("jobs/train/*/job.log"))) < 2:
             assert proc.poll() is None and time.monotonic() < deadline, "no job started"
             time.sleep(0.2)
-        servers = [
-            p for p in _children(proc.pid) if "forkserver" in Path(f"/proc/{p}/cmdline").read_text()
-        ]
+        servers = [p for p in _children(proc.pid) if "forkserver" in _cmdline(p)]
         workers = [w for s in servers for w in _children(s)]
         assert len(workers) == 2, (servers, workers)
     except BaseException:
@@ -406,9 +413,7 @@ def test_ctrl_c_while_the_study_is_checked_prints_one_line(tmp_path):
     )
     try:
         deadline = time.monotonic() + 60
-        while not any(
-            "forkserver" in Path(f"/proc/{p}/cmdline").read_text() for p in _children(proc.pid)
-        ):
+        while not any("forkserver" in _cmdline(p) for p in _children(proc.pid)):
             assert proc.poll() is None and time.monotonic() < deadline, "no fork server started"
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)
