@@ -28,6 +28,14 @@ says so, and the others still run. The parts:
   side (an info line).
 * ``stemm``: ``benchmarks/ste_mm.py --epoch-only --device cuda``: one STE-MM epoch of 3 MNIST
   MLPs (``stemm_epoch_s``).
+* ``paper_study`` (issue 48): ``configs/studies/paper/000_training_mnist.yaml`` end to end
+  (``lmc study run``, 4 workers on the one GPU, the study capped at 480 s), its evidence
+  exported (``benchmarks/reproductions.py --collect``) and its per-job table and provenance
+  copied to the output folder, to be committed under ``docs/reproductions/results/paper/``
+  (``paper_study_000_training_mnist_s``, nan unless it finished, and ``..._jobs_done``: the jobs its
+  claims read).
+  Set ``LMC_COMMIT`` to the commit the copy was made from: that machine gets no ``.git``.
+  Run it alone (``--only paper_study``): with the other parts it exceeds one 10-minute call.
 
 Run on the GPU machine (``../shared/gpu/README.md``)::
 
@@ -265,20 +273,35 @@ def count_syncs(steps: int = 60) -> None:
     print(f"train_syncs_per_step={sum(sites.values()) / max(counter.steps, 1):.3f}")
 
 
-def paper_study(name: str, out: Path, workers: int, cap: int = PAPER_STUDY_CAP) -> None:
-    """Run the paper-scale study ``configs/studies/paper/<name>.yaml`` end to end under ``cap``
-    seconds (``lmc study run``, ``workers`` jobs at once on the one GPU), then export its evidence
-    (``benchmarks/reproductions.py --collect``) and copy the per-job table and its provenance to
-    ``out``: committed under ``docs/reproductions/results/paper/``, they put the study's claims in
-    the Reproductions table. A study stopped at the cap exports the jobs it finished."""
+def paper_study(
+    name: str,
+    out: Path,
+    workers: int,
+    cap: int = PAPER_STUDY_CAP,
+    file: Path | None = None,
+    evidence: Path | None = None,
+    work: Path | None = None,
+) -> dict[str, str]:
+    """Run the paper-scale study ``name`` (``configs/studies/paper/<name>.yaml``, or ``file``)
+    end to end under ``cap`` seconds (``lmc study run``, ``workers`` jobs at once on the one
+    GPU), export its evidence under ``evidence`` (default ``docs/reproductions/results``) and
+    copy the per-job table and its provenance to ``out``: committed under
+    ``docs/reproductions/results/paper/``, they put the study's claims in the Reproductions
+    table. The study folder goes under ``work`` (default a new temporary folder; never under
+    ``out``, whose files come back from the GPU machine). A study stopped at the cap exports
+    the jobs it finished. Prints and returns
+    ``paper_study_<name>_s`` (nan unless it finished) and ``paper_study_<name>_jobs_done``."""
+    import json
     import shutil
 
-    from benchmarks.reproductions import evidence_csv
+    from benchmarks.reproductions import EVIDENCE, evidence_csv, study_file
+    from lmc.studies.evidence import export_evidence
 
-    studies = Path(tempfile.mkdtemp(prefix="lmc-paper-"))
-    folder = studies / "paper" / name
-    cmd = [PY, "-m", "lmc", "study", "run", f"configs/studies/paper/{name}.yaml"]
-    cmd += ["--dir", str(folder), "--workers", str(workers)]
+    file = file or ROOT / study_file("paper", name)
+    label = file.relative_to(ROOT).as_posix() if file.is_relative_to(ROOT) else file.name
+    folder = Path(work or tempfile.mkdtemp(prefix="lmc-paper-")) / "paper" / name
+    cmd = [PY, "-m", "lmc", "study", "run", str(file), "--dir", str(folder)]
+    cmd += ["--workers", str(workers)]
     print(" ".join(cmd), flush=True)
     t0 = time.perf_counter()
     try:
@@ -289,21 +312,20 @@ def paper_study(name: str, out: Path, workers: int, cap: int = PAPER_STUDY_CAP) 
     took = time.perf_counter() - t0
     print(f"study {status} in {took:.0f} s", flush=True)
     subprocess.run([PY, "-m", "lmc", "study", "status", str(folder)], cwd=ROOT, check=False)
-    collect = [PY, "benchmarks/reproductions.py", "--collect", "--dir", str(studies)]
-    subprocess.run(collect + ["--only", name], cwd=ROOT, check=False)
-    csv = evidence_csv("paper", name)
+    csv = evidence_csv("paper", name, evidence or EVIDENCE)
     done = "nan"
-    for file in (csv, csv.with_suffix(".json")):
-        if file.is_file():
-            shutil.copy(file, out / file.name)
-    if csv.with_suffix(".json").is_file():
-        import json
-
-        done = json.loads(csv.with_suffix(".json").read_text()).get("claimed_jobs_done", "nan")
-    print(
-        f"paper_study_{name}_s={took if status == 'finished' else float('nan'):.1f} "
-        f"paper_study_{name}_jobs_done={done} workers={workers}"
-    )
+    if (folder / "plan.json").is_file():
+        provenance = export_evidence(folder, csv, file, label)
+        done = str(json.loads(provenance.read_text()).get("claimed_jobs_done", "nan"))
+        out.mkdir(parents=True, exist_ok=True)
+        for path in (csv, provenance):
+            shutil.copy(path, out / path.name)
+    values = {
+        f"paper_study_{name}_s": f"{took:.1f}" if status == "finished" else "nan",
+        f"paper_study_{name}_jobs_done": done,
+    }
+    print(" ".join(f"{k}={v}" for k, v in values.items()) + f" workers={workers}")
+    return values
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -79,3 +79,78 @@ def test_the_population_profile_splits_the_run_into_its_phases(tmp_path, monkeyp
     # exclusive phases: they add up to the run's wall time
     assert sum(seconds[k] for k in phases) == pytest.approx(seconds["total_s"], abs=0.01)
     assert seconds["other_s"] >= 0
+
+
+def test_the_paper_study_part_runs_a_study_and_returns_its_evidence(tmp_path, monkeypatch, capsys):
+    """The ``paper_study`` part on a tiny study (a population of 2 MLPs, a barrier between them):
+    the study runs to the end, its evidence is exported, and the table and provenance come back
+    in the output folder with the study's time and jobs on the last line."""
+    import json
+
+    import yaml
+
+    from lmc.studies.evidence import recompute
+
+    data = copy_shared_mnist(tmp_path)
+    monkeypatch.setenv("LMC_DATA_DIR", str(data))
+    configs = gpu.ROOT / "configs"
+    study = {
+        "name": "tiny_paper",
+        "train": {
+            "config": [str(configs / "mnist/mlp.yaml"), str(configs / "loggers/csv.yaml")],
+            "grid": {"seed_everything": [0, 1]},
+            "population": True,
+            "args": [
+                "--trainer.max_epochs=1",
+                "--trainer.accelerator=cpu",
+                "--model.init_args.net.init_args.width=16",
+                "--data.init_args.limit_train=512",
+                "--data.init_args.alignment_size=256",
+            ],
+        },
+        "evaluate": [
+            {
+                "name": "barrier",
+                "kind": "barrier",
+                "config": [
+                    str(configs / "mnist/mlp_barrier.yaml"),
+                    str(configs / "loggers/csv.yaml"),
+                ],
+                "pairs": {"vary": "seed_everything", "reference": "consecutive"},
+                "args": [
+                    "--model.init_args.net.init_args.width=16",
+                    "--model.init_args.evaluation.num_alphas=3",
+                    "--data.init_args.alignment_size=256",
+                    "--model.init_args.evaluation.splits=[test]",
+                    "--trainer.accelerator=cpu",
+                ],
+            }
+        ],
+        "claims": [
+            {
+                "name": "matching_lowers_barrier",
+                "claim": "x",
+                "source": "none",
+                "test": "difference",
+                "stage": "barrier",
+                "a": {"metric": "barrier_loss_matched"},
+                "b": {"metric": "barrier_loss_naive"},
+                "expect": "less",
+            }
+        ],
+    }
+    file = tmp_path / "tiny_paper.yaml"
+    file.write_text(yaml.safe_dump(study))
+    out, evidence = tmp_path / "out", tmp_path / "evidence"
+    values = gpu.paper_study(
+        "tiny_paper", out, workers=1, file=file, evidence=evidence, work=tmp_path / "studies"
+    )
+    assert float(values["paper_study_tiny_paper_s"]) > 0
+    assert values["paper_study_tiny_paper_jobs_done"] == "1"  # the jobs its claims read
+    assert sorted(p.name for p in out.iterdir()) == ["tiny_paper.csv", "tiny_paper.json"]
+    provenance = json.loads((out / "tiny_paper.json").read_text())
+    assert provenance["study"] == "tiny_paper" and provenance["device"].startswith("cpu")
+    (result,) = recompute(evidence / "paper" / "tiny_paper.csv", file)
+    assert result.as_dict()["name"] == "matching_lowers_barrier"
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert gpu.last_line_values(last)["paper_study_tiny_paper_jobs_done"] == "1"
