@@ -41,8 +41,12 @@ def check_population(
 
 
 def seed_axis_problem(grid: Mapping[str, list[Any]], groups: Sequence[Sequence[str]]) -> str | None:
-    """Why ``grid`` has no seed axis to train as populations (two or more integer seeds, not
-    zipped with other keys), as the study file's error says it; ``None`` if it has one."""
+    """Why ``grid`` has no seed axis to train as populations (two or more integer seeds at each
+    point of the other keys), as the study file's error says it; ``None`` if it has one.
+
+    A seed zipped with other keys (a trial: several models' seeds zipped with one data seed, or
+    disjoint pairs with a pair id) trains as one population per value of its zip partners: the
+    seeds that share every other coordinate, as for a product grid."""
     seeds = grid.get(SEED_KEY, [])
     if len(seeds) < 2:
         return (
@@ -52,10 +56,15 @@ def seed_axis_problem(grid: Mapping[str, list[Any]], groups: Sequence[Sequence[s
         )
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in seeds):
         return f"train.population: {SEED_KEY} values must be integers, got {seeds}"
-    if any(SEED_KEY in g for g in groups):
+    zipped = [k for g in groups if SEED_KEY in g for k in g if k != SEED_KEY]
+    alone = [rest for rest, seeds in seed_groups(grid, groups).values() if len(seeds) < 2]
+    if zipped and alone:
         return (
-            f"train.population: {SEED_KEY} is zipped with other keys, so the seeds of one "
-            "point are not one population; take it out of train.zip or remove population"
+            f"train.population: {SEED_KEY} is zipped with {', '.join(zipped)}, and at {alone[0]} "
+            f"it has one seed: a population trains the seeds that share every other coordinate "
+            f"(e.g. a trial's models, which share its data seed), so each value of "
+            f"{', '.join(zipped)} needs two or more seeds; repeat its values in the zip (one per "
+            f"model) or remove population"
         )
     return None
 

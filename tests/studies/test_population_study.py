@@ -13,7 +13,9 @@ from lmc.io import load_checkpoint
 from lmc.studies import StudyError, StudyStore, load_study, run_study
 from lmc.studies.plan import MEMBER, plan
 from lmc.studies.results import results
-from tests.studies.conftest import WIDTH, copy_run, tiny_study, write_study
+from tests.studies.conftest import CONFIGS, TINY_DATA, WIDTH, copy_run, tiny_study, write_study
+
+DATA_SEED = "data.init_args.seed"
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +88,7 @@ def test_a_rerun_skips_the_population_and_its_members(population_run, tmp_path):
                 "grid": {WIDTH: [4, 8], "seed_everything": [0, 1]},
                 "zip": [[WIDTH, "seed_everything"]],
             },
-            "zipped with other keys",
+            "needs two or more seeds",
         ),
         ({"grid": {WIDTH: [4], "seed_everything": [0, 1.5]}}, "must be integers"),
     ],
@@ -102,3 +104,53 @@ def test_a_population_with_spawn_stages_is_refused(tmp_path):
     study["spawn"] = [{"name": "child", "at_epoch": [0], "grid": {"seed_everything": [5]}}]
     with pytest.raises(StudyError, match="cannot be combined with spawn stages"):
         load_study(write_study(tmp_path, study))
+
+
+def _trial_study(population: bool) -> dict:
+    """Two trials of two models: each data seed zipped with its models' seeds (disjoint pairs)."""
+    return tiny_study(
+        population=population,
+        grid={WIDTH: [4], DATA_SEED: [0, 0, 1, 1], "seed_everything": [0, 1, 2, 3]},
+        zip=[[DATA_SEED, "seed_everything"]],
+        evaluate=[
+            {
+                "name": "barrier",
+                "kind": "barrier",
+                "config": str(CONFIGS / "studies" / "teacher_student_barrier.yaml"),
+                "pairs": {"over": [WIDTH, DATA_SEED], "vary": "seed_everything"},
+                "args": ["--model.init_args.evaluation.num_alphas=3", *TINY_DATA],
+            }
+        ],
+    )
+
+
+def test_trials_train_as_one_population_each_equal_to_their_sequential_twins(tmp_path):
+    """Issue 48: seeds zipped with a data seed (a trial, or a disjoint pair with its pair id)
+    train as one population per data seed; each member equals its own sequential run, and the
+    barriers between them are the sequential study's."""
+    jobs = plan(load_study(write_study(tmp_path / "p", _trial_study(True))))
+    leaders = [j for j in jobs if j.stage == "train" and j.members]
+    assert [(j.coordinates[DATA_SEED], j.members) for j in leaders] == [(0, (0, 1)), (1, (2, 3))]
+    assert all(f"--{DATA_SEED}={j.coordinates[DATA_SEED]}" in j.args for j in leaders)
+    outs = {}
+    for population in (True, False):
+        root = tmp_path / str(population)
+        summary = run_study(write_study(root, _trial_study(population)), root / "out", log=print)
+        assert not summary.failed, summary
+        outs[population] = root / "out"
+    pop, seq = StudyStore(outs[True]), StudyStore(outs[False])
+    key = lambda j: json.dumps(j["coordinates"], sort_keys=True)  # noqa: E731
+    twins = {key(j): j for j in seq.plan() if j["stage"] == "train"}
+    members = [j for j in pop.plan() if j["stage"] == "train"]
+    assert sorted(map(key, members)) == sorted(twins)
+    for job in members:
+        mine = load_checkpoint(pop.run_dir(job) / "checkpoints" / "last.ckpt")["state_dict"]
+        theirs = load_checkpoint(seq.run_dir(twins[key(job)]) / "checkpoints" / "last.ckpt")
+        for name, value in theirs["state_dict"].items():
+            torch.testing.assert_close(mine[name], value, atol=1e-5, rtol=1e-5)
+    a, b = results(outs[True]), results(outs[False])
+    cols = ["stage", DATA_SEED, "seed_everything", "metric"]
+    both = a.merge(b, on=cols, suffixes=("_pop", "_seq"))
+    barrier = both[both.metric == "barrier_loss_matched"]
+    assert len(barrier) == 2  # one barrier per trial
+    assert barrier.value_pop.to_numpy() == pytest.approx(barrier.value_seq.to_numpy(), rel=1e-4)
