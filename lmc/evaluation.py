@@ -73,6 +73,50 @@ def evaluate(
     return EvalResult(loss=total / n, acc=acc, n=n)
 
 
+@torch.inference_mode()
+def evaluate_many(
+    net: nn.Module,
+    params: dict[str, Tensor],
+    buffers: dict[str, Tensor],
+    batches: Iterable[Any],
+    loss: LossName = "cross_entropy",
+) -> list[EvalResult]:
+    """:func:`evaluate` of N models of ``net``'s architecture at once: ``params`` and
+    ``buffers`` hold each entry stacked along dim 0 (N, ...), every batch goes through all N
+    as one vectorised forward (:func:`lmc.population.population_forward`), and the sums stay
+    on the device until the end (one read back, not one per batch). Equal to N calls of
+    :func:`evaluate` up to the order of floating-point sums; ``net`` is put in eval mode."""
+    from lmc.population.vectorize import population_forward
+
+    net.eval()
+    first = next(iter(params.values()))
+    members, device = first.shape[0], first.device
+    total = torch.zeros(members, dtype=torch.float64, device=device)
+    correct = torch.zeros(members, dtype=torch.long, device=device)
+    n = 0
+    for batch in batches:
+        x, y = _split(batch)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        out = population_forward(net, params, buffers, x, shared_input=True)  # (N, B, ...)
+        if loss == "cross_entropy":
+            per = nn.functional.cross_entropy(
+                out.flatten(0, 1), y.repeat(members), reduction="none"
+            ).view(members, -1)
+            correct += (out.argmax(-1) == y).sum(1)
+        else:
+            per = nn.functional.mse_loss(out, y.expand_as(out), reduction="none")
+            per = per.flatten(2).mean(2) * (0.5 if loss == "half_mse" else 1.0)
+        total += per.sum(1, dtype=torch.float64)
+        n += y.shape[0]
+    if n == 0:
+        raise ValueError("cannot evaluate on an empty loader")
+    losses, rights = (total / n).tolist(), correct.tolist()
+    return [
+        EvalResult(loss=l_, acc=r / n if loss == "cross_entropy" else float("nan"), n=n)
+        for l_, r in zip(losses, rights)
+    ]
+
+
 def cache_batches(
     batches: Iterable[Any], device: torch.device | str = "cpu"
 ) -> list[tuple[Tensor, Tensor]]:

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, Literal
 
+import torch
 from torch import Tensor, nn
 
-from lmc.evaluation import LossName, evaluate, has_batchnorm, reset_bn
+from lmc.evaluation import LossName, evaluate, evaluate_many, has_batchnorm, reset_bn
 from lmc.interpolation.barrier import BarrierDefinition, alpha_grid, barrier, check_definition
 from lmc.interpolation.repair import (
     average_stats,
@@ -104,29 +105,62 @@ def _evaluate_point(
         out.setdefault(f"{split}/acc{prefix}", []).append(r.acc)
 
 
-def interpolate_path(
+#: the stacked states of one vectorised evaluation stay under this many bytes (a path's points
+#: are evaluated in chunks of as many as fit)
+VECTORIZE_BYTES = 1 << 30
+
+
+def _evaluate_path_vectorized(
     model: nn.Module,
     a: StateDict,
     b: StateDict,
     splits: Mapping[str, Batches],
     alphas: Sequence[float],
-    loss: LossName = "cross_entropy",
-    repair_mode: Repair = "none",
-    align_batches: Batches | None = None,
-    on_point: Callable[[], None] | None = None,
-    barrier_definition: BarrierDefinition = "chord",
-) -> tuple[PathResult, float]:
-    """Evaluate ``(1 - alpha) a + alpha b`` at every alpha on every split (``on_point``, if
-    given, is called after each alpha: progress reporting).
+    loss: LossName,
+    out: dict[str, list[float]],
+    on_point: Callable[[], None] | None,
+) -> None:
+    """Every point of the path as one vectorised model per chunk of alphas (the points'
+    states stacked; :func:`lmc.evaluation.evaluate_many`), in alpha order into ``out``."""
+    device = next(model.parameters()).device
+    names = {n for n, _ in model.named_parameters()}
+    state = {k: v.to(device) for k, v in a.items()}
+    other = {k: v.to(device) for k, v in b.items()}
+    size = sum(v.numel() * v.element_size() for v in state.values())
+    chunk = max(1, min(len(alphas), VECTORIZE_BYTES // max(size, 1)))
+    for start in range(0, len(alphas), chunk):
+        part = alphas[start : start + chunk]
+        stacked = {
+            k: torch.stack(
+                [torch.lerp(v, other[k], al) if v.is_floating_point() else v for al in part]
+            )
+            for k, v in state.items()
+        }
+        params = {k: v for k, v in stacked.items() if k in names}
+        buffers = {k: v for k, v in stacked.items() if k not in names}
+        for split, batches in splits.items():
+            for r in evaluate_many(model, params, buffers, batches, loss):
+                out.setdefault(f"{split}/loss", []).append(r.loss)
+                out.setdefault(f"{split}/acc", []).append(r.acc)
+        for _ in part:
+            if on_point is not None:
+                on_point()
 
-    With a repair mode, each point is evaluated as is (``split/loss_raw``) and after repair
-    (``split/loss``); without, ``split/loss`` is the plain interpolation. ``model`` is reused
-    for every point (its state is overwritten in place). Returns the path and the seconds spent
-    repairing. Its barriers are in ``barrier_definition`` (``chord`` or ``abs_chord``,
-    :mod:`lmc.interpolation.barrier`; both loss barriers are kept).
-    """
-    check_definition(barrier_definition)
-    res = PathResult(alphas=list(alphas))
+
+def _evaluate_path_points(
+    model: nn.Module,
+    a: StateDict,
+    b: StateDict,
+    splits: Mapping[str, Batches],
+    alphas: Sequence[float],
+    loss: LossName,
+    repair_mode: Repair,
+    align_batches: Batches | None,
+    on_point: Callable[[], None] | None,
+    out: dict[str, list[float]],
+) -> float:
+    """The path's points one by one in ``model`` (repaired when asked) into ``out``; returns
+    the seconds spent repairing."""
     repair_seconds = 0.0
     stats_a = stats_b = None
     if repair_mode == "repair":
@@ -138,20 +172,67 @@ def interpolate_path(
     for alpha in alphas:
         load_lerp_(model, a, b, alpha)
         if repair_mode != "none":
-            _evaluate_point(model, splits, loss, "_raw", res.metrics)
+            _evaluate_point(model, splits, loss, "_raw", out)
             start = time.perf_counter()
             if repair_mode == "reset_bn":
                 reset_bn(model, align_batches)
             else:
                 repair(model, interpolate_stats(stats_a, stats_b, alpha), align_batches)
             repair_seconds += time.perf_counter() - start
-        _evaluate_point(model, splits, loss, "", res.metrics)
+        _evaluate_point(model, splits, loss, "", out)
         if on_point is not None:
             on_point()
+    return repair_seconds
+
+
+def interpolate_path(
+    model: nn.Module,
+    a: StateDict,
+    b: StateDict,
+    splits: Mapping[str, Batches],
+    alphas: Sequence[float],
+    loss: LossName = "cross_entropy",
+    repair_mode: Repair = "none",
+    align_batches: Batches | None = None,
+    on_point: Callable[[], None] | None = None,
+    barrier_definition: BarrierDefinition = "chord",
+    vectorize: bool | None = None,
+) -> tuple[PathResult, float]:
+    """Evaluate ``(1 - alpha) a + alpha b`` at every alpha on every split (``on_point``, if
+    given, is called after each alpha: progress reporting).
+
+    With a repair mode, each point is evaluated as is (``split/loss_raw``) and after repair
+    (``split/loss``); without, ``split/loss`` is the plain interpolation. ``model`` is reused
+    for every point (its state is overwritten in place). Returns the path and the seconds spent
+    repairing. Its barriers are in ``barrier_definition`` (``chord`` or ``abs_chord``,
+    :mod:`lmc.interpolation.barrier`; both loss barriers are kept).
+
+    ``vectorize``: evaluate the path's points together, as one vectorised model per chunk (the
+    same numbers up to the order of floating-point sums; no repair). ``None`` (default): on a
+    GPU without repair, where one small model per point leaves the device idle; on the CPU the
+    points run one by one, as before.
+    """
+    check_definition(barrier_definition)
+    res = PathResult(alphas=list(alphas))
+    repair_seconds = 0.0
+    if vectorize and repair_mode != "none":
+        raise ValueError(
+            f"vectorize=True evaluates the points as they are, but repair={repair_mode!r} "
+            "changes each one first: use vectorize=None (or False) with a repair"
+        )
+    if vectorize is None:
+        vectorize = repair_mode == "none" and next(model.parameters()).is_cuda
+    if vectorize:
+        _evaluate_path_vectorized(model, a, b, splits, alphas, loss, res.metrics, on_point)
+    else:
+        repair_seconds = _evaluate_path_points(
+            model, a, b, splits, alphas, loss, repair_mode, align_batches, on_point, res.metrics
+        )
     for split in splits:
         for suffix in ("", "_raw") if repair_mode != "none" else ("",):
             accs = res.metrics[f"{split}/acc{suffix}"] if loss == "cross_entropy" else None
-            b_ = barrier(alphas, res.metrics[f"{split}/loss{suffix}"], accs, barrier_definition)
+            losses = res.metrics[f"{split}/loss{suffix}"]
+            b_ = barrier(res.alphas, losses, accs, barrier_definition)
             res.barriers[f"{split}{suffix}"] = b_.as_dict()
     return res, repair_seconds
 
@@ -191,6 +272,7 @@ def interpolation_study(
     on_path: Callable[[str, PathResult], None] | None = None,
     on_point: Callable[[], None] | None = None,
     barrier_definition: BarrierDefinition = "chord",
+    vectorize: bool | None = None,
 ) -> StudyResult:
     """Barriers between models before and after matching, and their merges.
 
@@ -203,7 +285,8 @@ def interpolation_study(
     the largest rise above the chord; ``abs_chord``: the largest distance from it, 000 Def.
     2.1); ``barrier_loss_{chord,abs_chord}_*`` and ``barrier_loss_normalized_{chord,abs_chord}_*``
     keep both definitions. ``spec`` is the permutation spec (default: the built-in network's,
-    :func:`~lmc.permutation.spec_for`).
+    :func:`~lmc.permutation.spec_for`). ``vectorize``: each path's points as one vectorised
+    model (:func:`interpolate_path`; default on a GPU without repair).
     """
     check_definition(barrier_definition, "barrier_definition")
     if len(states) < 2:
@@ -238,6 +321,7 @@ def interpolation_study(
                 align_batches,
                 on_point,
                 barrier_definition,
+                vectorize,
             )
             timings["repair_seconds"] += rs
             if on_path is not None:

@@ -233,3 +233,64 @@ def test_evaluate_counts_exactly():
     expected = nn.functional.cross_entropy(model(x), y).item()
     assert r.loss == pytest.approx(expected, rel=1e-6)
     assert np.isnan(evaluate(model, [(x, x)], loss="mse").acc)
+
+
+def _path_nets(kind: str, device: str) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    if kind == "bn":  # BatchNorm in eval mode: the running statistics are interpolated too
+        nets = [MLP(12, 3, width=16, depth=2, norm="batch") for _ in range(2)]
+        batches = _data()
+        for i, net in enumerate(nets):
+            reset_bn(net, [(x * (1 + i), y) for x, y in batches])
+    else:
+        nets = [MLP(12, 3 if kind == "ce" else 2, width=16, depth=2) for _ in range(2)]
+    return nets[0].to(device), nets[1].to(device)
+
+
+@pytest.mark.parametrize("kind", ["ce", "bn", "half_mse"])
+def test_a_vectorised_path_equals_its_points_one_by_one(kind, device, monkeypatch):
+    """Issue 48: the path's points as one vectorised model per chunk give every point's loss and
+    accuracy and the barriers of the point-by-point evaluation (to float round-off), for plain
+    and BatchNorm nets and a regression loss, also when the points split into chunks."""
+    from lmc.interpolation import study
+
+    a, b = _path_nets(kind, device)
+    loss = "half_mse" if kind == "half_mse" else "cross_entropy"
+    data = _data()
+    if loss == "half_mse":
+        g = torch.Generator().manual_seed(1)
+        data = [(x, torch.randn(x.shape[0], 2, generator=g)) for x, _ in data]
+    splits = {"train": data[:2], "test": [(x.to(device), y.to(device)) for x, y in data]}
+    alphas = alpha_grid(7)
+    sa, sb = ({k: v.clone() for k, v in n.state_dict().items()} for n in (a, b))
+    runs = {}
+    for vectorize, chunk_bytes in ((False, None), (True, None), (True, 3)):
+        if chunk_bytes:  # a budget under one state's size: one point per chunk
+            monkeypatch.setattr(study, "VECTORIZE_BYTES", chunk_bytes)
+        seen: list[int] = []
+        runs[(vectorize, chunk_bytes)], _ = study.interpolate_path(
+            a, sa, sb, splits, alphas, loss,
+            on_point=lambda seen=seen: seen.append(1), vectorize=vectorize,
+        )  # fmt: skip
+        assert len(seen) == len(alphas)
+    ref = runs[(False, None)]
+    for key in [(True, None), (True, 3)]:
+        got = runs[key]
+        assert got.metrics.keys() == ref.metrics.keys()
+        for name, values in ref.metrics.items():
+            np.testing.assert_allclose(got.metrics[name], values, rtol=2e-5, atol=1e-6)
+        for split, values in ref.barriers.items():
+            for field, value in values.items():
+                expected = pytest.approx(value, rel=1e-4, abs=1e-6, nan_ok=True)
+                assert got.barriers[split][field] == expected
+
+
+def test_a_vectorised_path_with_a_repair_is_refused():
+    from lmc.interpolation.study import interpolate_path
+
+    a, b = _path_nets("bn", "cpu")
+    with pytest.raises(ValueError, match="changes each one first"):
+        interpolate_path(
+            a, a.state_dict(), b.state_dict(), {"test": _data()}, alpha_grid(3),
+            repair_mode="reset_bn", align_batches=_data(), vectorize=True,
+        )  # fmt: skip
