@@ -30,7 +30,7 @@ says so, and the others still run. The parts:
   MLPs (``stemm_epoch_s``).
 * ``paper_study`` (issue 48): ``configs/studies/paper/000_training_mnist.yaml`` end to end
   (``lmc study run``, 4 workers on the one GPU, the study capped at 480 s), its evidence
-  exported (``benchmarks/reproductions.py --collect``) and its per-job table and provenance
+  exported (``lmc.studies.evidence.export_evidence``) and its per-job table and provenance
   copied to the output folder, to be committed under ``docs/reproductions/results/paper/``
   (``paper_study_000_training_mnist_s``, nan unless it finished, and ``..._jobs_done``: the jobs its
   claims read).
