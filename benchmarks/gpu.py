@@ -28,6 +28,9 @@ says so, and the others still run. The parts:
   side (an info line).
 * ``stemm``: ``benchmarks/ste_mm.py --epoch-only --device cuda``: one STE-MM epoch of 3 MNIST
   MLPs (``stemm_epoch_s``).
+* ``lap_device`` (issue 48): ``benchmarks/lap_device.py``: 4 LAPs of n = 2048 by the batched
+  device auction finished on the host, against the host kernel one by one
+  (``lap_device_speedup_2048x4``).
 * ``paper_study`` (issue 48): ``configs/studies/paper/000_training_mnist.yaml`` end to end
   (``lmc study run``, 4 workers on the one GPU, the study capped at 480 s), its evidence
   exported (``lmc.studies.evidence.export_evidence``) and its per-job table and provenance
@@ -134,6 +137,15 @@ PARTS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         + ["--models", "3", "--endpoint-epochs", "1", "--threads", "8"],
         60,
         {"stemm_epoch_s": "stemm_epoch_s"},
+    ),
+    "lap_device": (
+        [PY, "benchmarks/lap_device.py", "--device", "cuda", "--n", "2048", "--batch", "4"],
+        90,
+        {
+            "lap_host_s": "lap_host_s_2048x4",
+            "lap_auction_finish_s": "lap_auction_finish_s_2048x4",
+            "lap_device_speedup": "lap_device_speedup_2048x4",
+        },
     ),
     "paper_study": (
         [PY, "benchmarks/gpu.py", "--paper-study", "000_training_mnist"],

@@ -154,3 +154,14 @@ def test_the_paper_study_part_runs_a_study_and_returns_its_evidence(tmp_path, mo
     assert result.as_dict()["name"] == "matching_lowers_barrier"
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert gpu.last_line_values(last)["paper_study_tiny_paper_jobs_done"] == "1"
+
+
+def test_the_device_lap_benchmark_checks_exactness_and_prints_its_ratio(capsys):
+    """benchmarks/lap_device.py on the CPU at a small size: the auction's exact finish equals
+    the host kernel's optimum (it asserts that itself) and the last line has the figures."""
+    from benchmarks import lap_device
+
+    values = lap_device.main(["--device", "cpu", "--n", "24", "--batch", "2"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert gpu.last_line_values(last) == values
+    assert values["device"] == "cpu" and float(values["lap_device_speedup"]) > 0
