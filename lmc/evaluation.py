@@ -83,10 +83,11 @@ def evaluate_many(
 ) -> list[EvalResult]:
     """:func:`evaluate` of N models of ``net``'s architecture at once: ``params`` and
     ``buffers`` hold each entry stacked along dim 0 (N, ...), every batch goes through all N
-    as one vectorised forward (:func:`lmc.population.population_forward`), and the sums stay
-    on the device until the end (one read back, not one per batch). Equal to N calls of
-    :func:`evaluate` up to the order of floating-point sums; ``net`` is put in eval mode."""
-    from lmc.population.vectorize import population_forward
+    as one vectorised forward (``torch.func.vmap`` of ``functional_call``, as populations
+    train), and the sums stay on the device until the end (one read back, not one per batch).
+    Equal to N calls of :func:`evaluate` up to the order of floating-point sums; ``net`` is put
+    in eval mode."""
+    from torch.func import functional_call, vmap
 
     net.eval()
     first = next(iter(params.values()))
@@ -97,7 +98,10 @@ def evaluate_many(
     for batch in batches:
         x, y = _split(batch)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        out = population_forward(net, params, buffers, x, shared_input=True)  # (N, B, ...)
+        # every member on the shared batch: (N, B, ...)
+        out = vmap(lambda p, b, x: functional_call(net, (p, b), (x,)), in_dims=(0, 0, None))(
+            params, buffers, x
+        )
         if loss == "cross_entropy":
             per = nn.functional.cross_entropy(
                 out.flatten(0, 1), y.repeat(members), reduction="none"
