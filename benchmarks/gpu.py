@@ -352,15 +352,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.count_syncs:
         count_syncs()
         return
+    out = args.out or Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="lmc-gpu-"))
     if args.paper_study:
-        out = args.out or Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="lmc-gpu-"))
         paper_study(args.paper_study, out, args.study_workers)
         return
     import torch
 
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/gpu.py needs a CUDA device (see ../shared/gpu/README.md)")
-    out = args.out or Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="lmc-gpu-"))
     out.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name()
     print(f"device: {device}; torch {torch.__version__}; logs in {out}", flush=True)

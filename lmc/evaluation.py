@@ -73,6 +73,27 @@ def evaluate(
     return EvalResult(loss=total / n, acc=acc, n=n)
 
 
+def stacked_forward(
+    net: nn.Module,
+    params: dict[str, Tensor],
+    buffers: dict[str, Tensor],
+    x: Tensor,
+    shared_input: bool = False,
+) -> Tensor:
+    """The outputs of N models of ``net``'s architecture, shape (N, B, ...): ``params`` and
+    ``buffers`` hold each entry stacked along dim 0 (N, ...), ``x`` is (N, B, ...), or (B, ...)
+    given to every model when ``shared_input``; one ``torch.func.vmap`` of ``functional_call``
+    (populations train with it as ``lmc.population.population_forward``). Dropout draws
+    independent masks per model (``randomness="different"``)."""
+    from torch.func import functional_call, vmap
+
+    def one(p: dict[str, Tensor], b: dict[str, Tensor], xi: Tensor) -> Tensor:
+        return functional_call(net, (p, b), (xi,))
+
+    in_x = None if shared_input else 0
+    return vmap(one, in_dims=(0, 0, in_x), randomness="different")(params, buffers, x)
+
+
 @torch.inference_mode()
 def evaluate_many(
     net: nn.Module,
@@ -83,12 +104,9 @@ def evaluate_many(
 ) -> list[EvalResult]:
     """:func:`evaluate` of N models of ``net``'s architecture at once: ``params`` and
     ``buffers`` hold each entry stacked along dim 0 (N, ...), every batch goes through all N
-    as one vectorised forward (``torch.func.vmap`` of ``functional_call``, as populations
-    train), and the sums stay on the device until the end (one read back, not one per batch).
-    Equal to N calls of :func:`evaluate` up to the order of floating-point sums; ``net`` is put
-    in eval mode."""
-    from torch.func import functional_call, vmap
-
+    as one vectorised forward (:func:`stacked_forward`), and the sums stay on the device until
+    the end (one read back, not one per batch). Equal to N calls of :func:`evaluate` up to the
+    order of floating-point sums; ``net`` is put in eval mode."""
     net.eval()
     first = next(iter(params.values()))
     members, device = first.shape[0], first.device
@@ -98,10 +116,7 @@ def evaluate_many(
     for batch in batches:
         x, y = _split(batch)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        # every member on the shared batch: (N, B, ...)
-        out = vmap(lambda p, b, x: functional_call(net, (p, b), (x,)), in_dims=(0, 0, None))(
-            params, buffers, x
-        )
+        out = stacked_forward(net, params, buffers, x, shared_input=True)  # (N, B, ...)
         if loss == "cross_entropy":
             per = nn.functional.cross_entropy(
                 out.flatten(0, 1), y.repeat(members), reduction="none"

@@ -142,8 +142,8 @@ def _evaluate_path_vectorized(
             for r in evaluate_many(model, params, buffers, batches, loss):
                 out.setdefault(f"{split}/loss", []).append(r.loss)
                 out.setdefault(f"{split}/acc", []).append(r.acc)
-        for _ in part:
-            if on_point is not None:
+        if on_point is not None:
+            for _ in part:
                 on_point()
 
 
@@ -214,7 +214,6 @@ def interpolate_path(
     """
     check_definition(barrier_definition)
     res = PathResult(alphas=list(alphas))
-    repair_seconds = 0.0
     if vectorize and repair_mode != "none":
         raise ValueError(
             f"vectorize=True evaluates the points as they are, but repair={repair_mode!r} "
@@ -224,6 +223,7 @@ def interpolate_path(
         vectorize = repair_mode == "none" and next(model.parameters()).is_cuda
     if vectorize:
         _evaluate_path_vectorized(model, a, b, splits, alphas, loss, res.metrics, on_point)
+        repair_seconds = 0.0
     else:
         repair_seconds = _evaluate_path_points(
             model, a, b, splits, alphas, loss, repair_mode, align_batches, on_point, res.metrics

@@ -98,7 +98,7 @@ def auction(
     eps_end = span * EPS_END if eps_end is None else float(eps_end)
     if not eps_end > 0 or not factor > 1:
         raise LapInputError(f"eps_end must be > 0 and factor > 1, got {eps_end} and {factor}")
-    rows = torch.arange(n, device=device).expand(b, n)
+    index = torch.arange(n, device=device).expand(b, n)  # each problem's rows (or columns)
     flat = (torch.arange(b, device=device) * n).unsqueeze(1)  # a problem's offset in B * n
     eps, steps = max(span / 4, eps_end), 0
     bids = torch.zeros((), dtype=torch.long, device=device)  # read back once, at the end
@@ -127,15 +127,16 @@ def auction(
             won = free & (offer == lowest[target].view(b, n))
             # ties: the lowest row among the column's best offers
             winner = torch.full((b * n,), n, dtype=torch.long, device=device)
-            winner.scatter_reduce_(0, target[won.flatten()], rows[won], "amin")
+            winner.scatter_reduce_(0, target[won.flatten()], index[won], "amin")
             winner = winner.view(b, n)
             taken = winner < n  # columns that got a bid
             bids += free.sum()
             old = torch.where(taken, owner, -1)
             gone = old >= 0
             perm.view(-1)[(flat + old.clamp(min=0)).flatten()[gone.flatten()]] = -1
-            col = torch.arange(n, device=device).expand(b, n)
-            perm.view(-1)[(flat + winner.clamp(max=n - 1)).flatten()[taken.flatten()]] = col[taken]
+            perm.view(-1)[(flat + winner.clamp(max=n - 1)).flatten()[taken.flatten()]] = index[
+                taken
+            ]
             owner = torch.where(taken, winner, owner)
             v = torch.where(taken, lowest.view(b, n), v)
         if eps <= eps_end:
@@ -147,9 +148,9 @@ def auction_solve(costs: Tensor | Sequence[Tensor], **options: float) -> list[La
     """Exact LAPs of a batch: the device auction's assignments and column duals, finished by
     the host kernel's warm start (:func:`lmc.permutation.lap.sap_solver`), which returns an
     optimum whatever it starts from. ``options`` go to :func:`auction`."""
-    batch = torch.stack(list(costs)) if not isinstance(costs, Tensor) else costs
-    result = auction(batch, **options)
-    host = _check(batch).double().cpu().numpy()
+    c = _check(torch.stack(list(costs)) if not isinstance(costs, Tensor) else costs).double()
+    result = auction(c, **options)  # its own check of c is one reduction, beside its steps'
+    host = c.cpu().numpy()
     perms, duals = result.perm.cpu().numpy(), result.v.cpu().numpy()
     return [
         sap_solver(np.ascontiguousarray(k), warm=LapSolution(p.astype(np.int64), v=d))

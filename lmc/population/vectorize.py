@@ -15,7 +15,9 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, vmap
+from torch.func import vmap
+
+from lmc.evaluation import stacked_forward as population_forward
 
 Stacked = dict[str, Tensor]
 
@@ -103,20 +105,6 @@ def stack_states(nets: Sequence[nn.Module]) -> tuple[Stacked, Stacked]:
 def member_state(params: Stacked, buffers: Stacked, k: int) -> dict[str, Tensor]:
     """Member ``k``'s ``state_dict`` (parameters and buffers), detached copies."""
     return {n: t[k].detach().clone() for n, t in {**params, **buffers}.items()}
-
-
-def population_forward(
-    net: nn.Module, params: Stacked, buffers: Stacked, x: Tensor, shared_input: bool = False
-) -> Tensor:
-    """All members' outputs, shape (N, B, ...), for inputs ``x`` of shape (N, B, ...), or
-    (B, ...) given to every member when ``shared_input``. Dropout draws independent masks per
-    member (``randomness="different"``)."""
-
-    def one(p: Stacked, b: Stacked, xi: Tensor) -> Tensor:
-        return functional_call(net, (p, b), (xi,))
-
-    in_x = None if shared_input else 0
-    return vmap(one, in_dims=(0, 0, in_x), randomness="different")(params, buffers, x)
 
 
 def population_losses(

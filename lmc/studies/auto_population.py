@@ -56,9 +56,11 @@ def seed_axis_problem(grid: Mapping[str, list[Any]], groups: Sequence[Sequence[s
         )
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in seeds):
         return f"train.population: {SEED_KEY} values must be integers, got {seeds}"
-    zipped = [k for g in groups if SEED_KEY in g for k in g if k != SEED_KEY]
+    # a point of the other keys with one seed (only a zip makes one: a product grid gives every
+    # point all of its two or more seeds)
     alone = [rest for rest, seeds in seed_groups(grid, groups).values() if len(seeds) < 2]
-    if zipped and alone:
+    if alone:
+        zipped = [k for g in groups if SEED_KEY in g for k in g if k != SEED_KEY]
         return (
             f"train.population: {SEED_KEY} is zipped with {', '.join(zipped)}, and at {alone[0]} "
             f"it has one seed: a population trains the seeds that share every other coordinate "

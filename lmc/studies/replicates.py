@@ -17,9 +17,10 @@ added model repeats one of the pilot's:
 
     replicates: {auto: true, budget: 8, key: data.init_args.seed, fresh: [seed_everything]}
 
-Once the pilot's jobs are done, ``lmc study run`` evaluates every claim on them and adds the values the claims need for 80 % power at the
-pilot's mean and spread (:func:`lmc.studies.inference.stage_replicates`; the most any claim
-needs, within the budget), written to ``replicates.json`` in the study folder, then runs their
+Once the pilot's jobs are done, ``lmc study run`` evaluates every claim on them and adds the
+values the claims need for 80 % power at the pilot's mean and spread
+(:func:`lmc.studies.inference.stage_replicates`; the most any claim needs, within the budget),
+written to ``replicates.json`` in the study folder, then runs their
 jobs. A claim over both stages is decided by the inverse-normal combination of the two stages'
 own t tests (:func:`lmc.studies.inference.two_stage_verdict`; Lehmacher and Wassmer 1999), an
 adaptive design whose error on null data stays at 5 % although the second stage's size depends
