@@ -172,11 +172,10 @@ class PopulationFit:
         training tensors."""
         task, dm = self.tasks[0], self.datamodule
         net = task.net
-        check_vectorizable(net)  # BatchNorm: refused before any data is read
         dm.prepare_data()
         dm.setup("fit")
         x, y = train_tensors(dm)
-        check_vectorizable(net, x[:2])  # anything else vmap cannot run, named
+        check_vectorizable(net, x[:2])  # any layer vmap cannot run, named
         probe = task.optimizer([torch.zeros(1, requires_grad=True)])  # its kind and slots
         if not isinstance(probe, ELEMENTWISE_OPTIMIZERS):
             raise ValueError(

@@ -342,14 +342,14 @@ def test_empty_or_duplicate_seeds_are_refused(seeds, match, tmp_path):
         _refused(tmp_path, f"--population={seeds}")
 
 
-def test_batchnorm_is_refused_naming_the_layer(tmp_path):
-    with pytest.raises(ValueError, match=r"'norms.0' of MLP is a BatchNorm1d.*separate runs"):
-        _refused(
-            tmp_path,
-            "--population=[0, 1]",
-            "--model.init_args.net.init_args.norm=batch",
-            config=[str(CONFIGS / "synthetic" / "polynomial.yaml")],
-        )
+def test_batchnorm_members_equal_sequential_runs(accelerator, tmp_path):
+    """BatchNorm's running statistics train per member (each its own slice, its own batches)
+    and land in the member's checkpoint as its twin's."""
+    config = [*_mnist(tmp_path), "--model.init_args.net.init_args.norm=batch"]
+    pop, seq = _train(config, _overlay(tmp_path, SGD), tmp_path, accelerator)
+    _assert_members_equal_sequential(pop, seq, gpu=accelerator != "cpu")
+    state = load_checkpoint(pop / "members" / f"seed={SEEDS[0]}" / "checkpoints" / "last.ckpt")
+    assert int(state["state_dict"]["net.norms.0.num_batches_tracked"]) == 6  # 2 epochs x 3
 
 
 def test_a_network_that_cannot_be_vectorised_is_refused_naming_the_layer(tmp_path):

@@ -1,15 +1,19 @@
 """Pure vectorisation pieces: the stacked forward equals each member's own forward, dropout
-draws per member, stacked optimizer state slices back to each member's."""
+draws per member, stacked optimizer state slices back to each member's, BatchNorm members
+train as their sequential twins."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from lmc.models import MLP, TwoLayerReLU
+from lmc.models import MLP, VGG, ResNet, TwoLayerReLU
 from lmc.population import check_vectorizable, population_forward, stack_states
-from lmc.population.vectorize import member_optimizer_state, member_state
+from lmc.population.vectorize import member_optimizer_state, member_state, population_losses
 
 
 @pytest.mark.parametrize("make", [lambda: MLP(6, 3, width=8, depth=2), lambda: TwoLayerReLU(6, 5)])
@@ -48,6 +52,42 @@ def test_stacked_adam_state_slices_to_each_members_own():
             torch.testing.assert_close(mine["state"][i][key], value)
 
 
-def test_batchnorm_is_named():
-    with pytest.raises(ValueError, match=r"'norms.0' of MLP is a BatchNorm1d"):
-        check_vectorizable(MLP(4, 2, width=4, depth=2, norm="batch"))
+@pytest.mark.parametrize(
+    "make", [lambda: ResNet(depth=8, width=0.25), lambda: VGG(depth=11, width=0.125)]
+)
+def test_batchnorm_members_train_exactly_as_their_sequential_twins_in_float64(make):
+    """Each member's running statistics are its own slice, updated by its own batches; in
+    float64 (no ReLU-edge flips from float32 rounding) member k is its sequential twin."""
+    torch.manual_seed(0)
+    nets = [make().double() for _ in range(3)]
+    twins = [copy.deepcopy(n) for n in nets]
+    params, buffers = stack_states(nets)
+    net = make().double().train()
+    opt = torch.optim.SGD(params.values(), lr=0.05, momentum=0.9)
+    twin_opts = [torch.optim.SGD(t.parameters(), lr=0.05, momentum=0.9) for t in twins]
+    for _ in range(3):
+        x = torch.randn(3, 8, 3, 32, 32, dtype=torch.float64)
+        y = torch.randint(0, 10, (3, 8))
+        losses = population_losses(F.cross_entropy, population_forward(net, params, buffers, x), y)
+        opt.zero_grad()
+        losses.sum().backward()
+        opt.step()
+        for k, (twin, twin_opt) in enumerate(zip(twins, twin_opts)):
+            twin.train()
+            twin_opt.zero_grad()
+            F.cross_entropy(twin(x[k]), y[k]).backward()
+            twin_opt.step()
+    x = torch.randn(4, 3, 32, 32, dtype=torch.float64)
+    out = population_forward(net.eval(), params, buffers, x, shared_input=True)
+    for k, twin in enumerate(twins):
+        state = member_state(params, buffers, k)
+        for name, value in twin.state_dict().items():  # running statistics and counts too
+            torch.testing.assert_close(state[name], value, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(out[k], twin.eval()(x), rtol=1e-10, atol=1e-12)
+
+
+def test_a_batchnorm_with_a_cumulative_average_is_named():
+    net = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3, momentum=None)).eval()
+    with pytest.raises(ValueError, match=r"Sequential cannot be vectorised.*layer '1'.*separate"):
+        check_vectorizable(net, torch.randn(2, 4))
+    assert not net.training  # the probe ran it in training mode and gave its mode back
