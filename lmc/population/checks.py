@@ -12,6 +12,7 @@ from torch.utils.data import TensorDataset
 
 from lmc.data.base import BaseDataModule
 from lmc.data.memory import InMemoryImageDataset
+from lmc.population.pruning import PRUNING_CALLBACK, PRUNING_CALLBACK_PATHS
 from lmc.tasks.classification import TrainTask
 
 # trainer options a population reproduces: anything else set would make members differ from
@@ -80,10 +81,11 @@ def check_trainer(trainer: Any, cfg: Any) -> None:
         bad.append("trainer.max_epochs=-1 (give a number of epochs)")
     for cb in trainer.get("callbacks") or []:
         path = _show(cb)
-        if _CALLBACK_MODULES.get(path, path) not in MEMBER_CALLBACKS:
+        if _CALLBACK_MODULES.get(path, path) not in MEMBER_CALLBACKS + PRUNING_CALLBACK_PATHS:
             bad.append(
                 f"trainer.callbacks: {path} (a population runs no Trainer; it runs only the "
-                f"measurement callbacks {', '.join(MEMBER_CALLBACKS)}, on every member)"
+                f"measurement callbacks {', '.join(MEMBER_CALLBACKS)} and "
+                f"{PRUNING_CALLBACK}, on every member)"
             )
     bad += [f"--{k}" for k in ("ckpt_path", "spawn_from", "spawn_points") if cfg.get(k)]
     if bad:

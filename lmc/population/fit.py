@@ -30,7 +30,7 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from lightning.pytorch.loggers.utilities import _log_hyperparams
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from lmc.data.base import epoch_order
@@ -52,6 +52,7 @@ from lmc.population.members import (
     plain_values,
     write_member,
 )
+from lmc.population.pruning import PopulationPruning, is_pruning_callback
 from lmc.population.train import Population, train_population
 from lmc.population.vectorize import (
     ELEMENTWISE_OPTIMIZERS,
@@ -208,7 +209,18 @@ class PopulationFit:
         self.net = net.to(self.device)
         for t in self.tasks:
             t.to(self.device)
-        self.population = Population(self.net, self.params, self.buffers, self.tasks[0].loss)
+        pruners = [cb for cb in self._callbacks() if is_pruning_callback(cb)]
+        if len(pruners) > 1:
+            raise ValueError(
+                f"--population: {len(pruners)} MagnitudePruning callbacks; a run prunes with one "
+                "(its strategy and schedule say when)"
+            )
+        self.pruning = (
+            PopulationPruning(pruners[0], net, self.params, self.buffers) if pruners else None
+        )
+        self.population = Population(
+            self.net, self.params, self.buffers, self.tasks[0].loss, self.pruning
+        )
         n = len(self.x)
         self.orders = lambda epoch: member_orders(n, self.seeds, epoch)
 
@@ -230,8 +242,23 @@ class PopulationFit:
         start = time.perf_counter()
 
         self._measure("on_fit_start", 0, 0)
+        pruning = self.pruning
+        if pruning is not None:
+            late = [e.epoch for e in pruning.events if e.epoch is not None and e.epoch >= epochs]
+            if late:
+                rank_zero_warn(
+                    f"MagnitudePruning: pruning epochs {late} >= max_epochs={epochs} never run; "
+                    "raise trainer.max_epochs or lower prune_epoch"
+                )
+
+        def on_epoch_start(epoch: int) -> None:
+            for event in pruning.due(epoch) if pruning is not None else []:
+                pruning.prune(event, self.params, self.buffers, self.optimizer)
 
         def on_epoch_end(epoch: int, step: int, train_loss: Tensor) -> None:
+            if pruning is not None and epoch == epochs - 1 and pruning.pending_final():
+                # only_prune: after the last step, before the final validation and checkpoint
+                pruning.prune(pruning.events[-1], self.params, self.buffers, self.optimizer)
             metrics = self._per_member("train/loss", train_loss.tolist())
             if every and limit_val != 0 and (epoch + 1) % every == 0:
                 metrics |= self._evaluate("val", self.datamodule.val_dataloader())
@@ -251,6 +278,7 @@ class PopulationFit:
             epochs,
             self.datamodule.batch_size,
             on_epoch_end,
+            on_epoch_start,
         )
         seconds = time.perf_counter() - start
         if self.cfg.get("test_after_fit"):
@@ -268,12 +296,18 @@ class PopulationFit:
     def _measure(self, hook: str, epoch: int, step: int) -> None:
         """Run the measurement callbacks' ``hook`` on every member's network, as its sequential
         run's Trainer would at ``epoch`` and ``step``, and log what they log per member."""
-        callbacks = self.init.trainer.get("callbacks") or []
+        # the pruning callback's pruning is the population's own (lmc.population.pruning):
+        # of its hooks only the per-epoch log runs, on each member
+        callbacks = [
+            cb
+            for cb in self._callbacks()
+            if not is_pruning_callback(cb) or hook == "on_train_epoch_end"
+        ]
         if not callbacks:
             return
         values: dict[str, list[float]] = {}
         for k, task in enumerate(self.tasks):
-            load_state(task.net, member_state(self.params, self.buffers, k))
+            load_state(task.net, self._member_state(k))
             sink = MetricSink()
             trainer = MemberTrainer(epoch, step, self.epochs, [sink])
             for cb in callbacks:
@@ -285,6 +319,14 @@ class PopulationFit:
             metrics |= self._per_member(name, vals)
         if metrics:
             self._log({**metrics, "epoch": epoch}, step)
+
+    def _callbacks(self) -> list[Any]:
+        return list(self.init.trainer.get("callbacks") or [])
+
+    def _member_state(self, k: int) -> dict[str, Tensor]:
+        """Member ``k``'s state dict as its twin's checkpoint holds it (pruned weights folded:
+        ``orig * mask``)."""
+        return member_state(self.population.computing(), self.buffers, k)
 
     def _per_member(self, name: str, values: list[float]) -> dict[str, float]:
         out = {f"member/{k}/{name}": v for k, v in enumerate(values)}
@@ -404,7 +446,7 @@ class PopulationFit:
         with ThreadPoolExecutor(WRITERS, thread_name_prefix="lmc-members") as pool:
             pending: list[Future[None]] = []
             for k, (seed, task) in enumerate(zip(self.seeds, self.tasks)):
-                load_state(task.net, member_state(self.params, self.buffers, k))
+                load_state(task.net, self._member_state(k))
                 ckpt = {
                     "epoch": epoch,
                     "global_step": step,
@@ -418,6 +460,9 @@ class PopulationFit:
                     "hyper_parameters": plain_values(dict(task.hparams)),
                     "population": {"seeds": list(self.seeds), "member": k},
                 }
+                if self.pruning is not None:  # its masks, for a resume, as the twin keeps them
+                    key = self.pruning.callback.state_key
+                    ckpt["callbacks"] = {key: self.pruning.member_state(k)}
                 if len(pending) == WRITERS:
                     pending.pop(0).result()
                 pending.append(

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from lmc.population.pruning import PopulationPruning
 from lmc.population.vectorize import Stacked, population_forward, population_losses
 
 Loss = Callable[[Tensor, Tensor], Tensor]
@@ -29,20 +30,26 @@ class Population:
         params: stacked parameters, each (N, ...).
         buffers: stacked buffers, each (N, ...).
         loss: a member's loss of (outputs, targets) on one batch.
+        pruning: the members' pruning masks, applied in every forward (``None``: dense).
     """
 
     net: nn.Module
     params: Stacked
     buffers: Stacked
     loss: Loss
+    pruning: PopulationPruning | None = None
     size: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.size = len(next(iter(self.params.values())))
 
+    def computing(self) -> Stacked:
+        """The parameters the members compute with (pruned weights masked)."""
+        return self.params if self.pruning is None else self.pruning.effective(self.params)
+
     def losses(self, x: Tensor, y: Tensor) -> Tensor:
         """Each member's loss on its own batch ``x[k], y[k]``, shape (N,)."""
-        out = population_forward(self.net, self.params, self.buffers, x)
+        out = population_forward(self.net, self.computing(), self.buffers, x)
         return population_losses(self.loss, out, y)
 
     @torch.inference_mode()
@@ -53,10 +60,11 @@ class Population:
         targets (B, ...))`` accumulates the caller's metrics."""
         was_training = self.net.training
         self.net.eval()
+        params = self.computing()
         try:
             for x, y in batches:
                 x, y = x.to(device), y.to(device)
-                update(population_forward(self.net, self.params, self.buffers, x, True), y)
+                update(population_forward(self.net, params, self.buffers, x, True), y)
         finally:
             self.net.train(was_training)
 
@@ -72,6 +80,7 @@ def train_population(
     epochs: int,
     batch_size: int,
     on_epoch_end: Callable[[int, int, Tensor], None] | None = None,
+    on_epoch_start: Callable[[int], None] | None = None,
 ) -> int:
     """Train all members for ``epochs`` epochs; returns the number of optimizer steps.
 
@@ -88,10 +97,14 @@ def train_population(
         batch_size: samples per step; the last batch of an epoch is smaller (no drop_last).
         on_epoch_end: called with (epoch, optimizer steps so far, each member's mean training
             loss of the epoch) after the epoch's last step.
+        on_epoch_start: called with the epoch before its first step (where a pruning
+            callback prunes).
     """
     population.net.train()
     step = 0
     for epoch in range(epochs):
+        if on_epoch_start is not None:
+            on_epoch_start(epoch)
         order = orders(epoch).to(x.device)
         total = torch.zeros(population.size, device=x.device)
         for idx in order.split(batch_size, dim=1):

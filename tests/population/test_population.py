@@ -302,6 +302,49 @@ def test_member_measurement_callbacks_log_what_the_sequential_runs_log(tmp_path)
     assert [s for s, _ in _logged(mine, "pq/")["pq/flat/hidden"]] == [0, 6]
 
 
+PRUNING = {
+    "finetune_once": {"strategy": "finetune_once", "rate": 0.5, "prune_epoch": 1},
+    "lottery_ticket": {"strategy": "lottery_ticket", "rate": 0.5, "prune_epoch": 1},
+    "iterative": {
+        "strategy": "iterative",
+        "rate": 0.6,
+        "rounds": 2,
+        "reset_optimizer": True,
+        "finetune_lr": 0.02,
+    },
+    "only_prune": {"strategy": "only_prune", "rate": 0.3},
+}
+
+
+@pytest.mark.parametrize("strategy", list(PRUNING))
+def test_pruned_members_equal_sequential_runs(strategy, accelerator, tmp_path):
+    """callbacks.MagnitudePruning in a population: each member prunes at its twin's epochs,
+    to its twin's masks (from its own weights), rewinds and resets as the twin does, and ends
+    with its twin's weights, optimizer state, masks and logged sparsities."""
+    model = {"init_args": {"optimizer": SGD, "lr_scheduler": STEP_LR}}
+    pruning = {"class_path": "callbacks.MagnitudePruning", "init_args": PRUNING[strategy]}
+    overlay = tmp_path / "prune.yaml"
+    overlay.write_text(yaml.safe_dump({"model": model, "trainer": {"callbacks": [pruning]}}))
+    pop, seq = _train(_mnist(tmp_path), str(overlay), tmp_path, accelerator)
+    _assert_members_equal_sequential(pop, seq, gpu=accelerator != "cpu")
+    for seed in SEEDS:
+        member = pop / "members" / f"seed={seed}"
+        mine = load_checkpoint(member / "checkpoints" / "last.ckpt")["callbacks"]
+        theirs = load_checkpoint(seq[seed] / "checkpoints" / "last.ckpt")["callbacks"]
+        ours, twin = mine["MagnitudePruning"], theirs["MagnitudePruning"]
+        assert ours["rate"] == twin["rate"] == PRUNING[strategy]["rate"]
+        assert ours["masks"].keys() == twin["masks"].keys() == {"layers.0", "head"}
+        for layer, mask in twin["masks"].items():
+            assert torch.equal(ours["masks"][layer], mask)
+        assert (ours["init"] is None) == (twin["init"] is None)
+        a = _logged(member / "metrics.csv", "prune/")
+        b = _logged(seq[seed] / "metrics.csv", "prune/")
+        assert a.keys() == b.keys() and "prune/sparsity/head" in a
+        for name, rows in b.items():
+            assert [step for step, _ in a[name]] == [step for step, _ in rows]
+            assert [v for _, v in a[name]] == pytest.approx([v for _, v in rows])
+
+
 def test_validate_barrier_of_two_members(teacher_sgd, tmp_path):
     pop, _ = teacher_sgd
     members = [pop / "members" / f"seed={s}" for s in SEEDS]
@@ -434,10 +477,24 @@ def test_gradient_clipping_and_augmentation_are_refused(tmp_path):
 
 
 def test_a_callback_that_is_no_measurement_is_refused_naming_it(tmp_path):
+    overlay = tmp_path / "stop.yaml"
+    stop = {
+        "class_path": "lightning.pytorch.callbacks.EarlyStopping",
+        "init_args": {"monitor": "val/loss"},
+    }
+    overlay.write_text(yaml.safe_dump({"trainer": {"callbacks": [stop]}}))
+    with pytest.raises(
+        ValueError, match="EarlyStopping .*NeuronEntropyMonitor.*and callbacks.MagnitudePruning"
+    ):
+        run_cli(*_args(TEACHER, str(overlay), tmp_path, "--population=[0, 1]"))
+    assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_two_pruning_callbacks_are_refused(tmp_path):
     overlay = tmp_path / "prune.yaml"
     prune = {"class_path": "callbacks.MagnitudePruning", "init_args": {"rate": 0.5}}
-    overlay.write_text(yaml.safe_dump({"trainer": {"callbacks": [prune]}}))
-    with pytest.raises(ValueError, match="callbacks.MagnitudePruning .*NeuronEntropyMonitor"):
+    overlay.write_text(yaml.safe_dump({"trainer": {"callbacks": [prune, prune]}}))
+    with pytest.raises(ValueError, match="2 MagnitudePruning callbacks; a run prunes with one"):
         run_cli(*_args(TEACHER, str(overlay), tmp_path, "--population=[0, 1]"))
     assert not list(tmp_path.rglob("*.ckpt"))
 
