@@ -68,33 +68,57 @@ def _timed(args: list[str]) -> float:
 
 
 def run(
-    folder: Path, members: int, epochs: int, base: list[str], key: str = "students"
+    folder: Path,
+    members: int,
+    epochs: int,
+    base: list[str],
+    key: str = "students",
+    sample: int | None = None,
+    baseline_epochs: int = 0,
 ) -> dict[str, float]:
-    """Time ``members`` sequential ``lmc fit <base>`` runs against one population of them."""
+    """Time ``members`` sequential ``lmc fit <base>`` runs against one population of them.
+
+    ``sample``: time only that many of the sequential runs (evenly spaced seeds) and scale
+    their sum by ``members / sample`` (every sequential run does the same work; their weights
+    are compared with their members). ``baseline_epochs``: time both again at that many epochs
+    and report ``many_models_epoch_speedup_<key>``, the ratio of the differences: the training
+    of the extra epochs alone, without either side's start-up (building, data, writing).
+    """
     seeds = list(range(members))
+    timed = seeds if not sample or sample >= members else seeds[:: members // sample][:sample]
+    scale = members / len(timed)
     population = f"--population=[{', '.join(map(str, seeds))}]"
     # warm-up: lazy imports and first-call costs of both paths, untimed
     main(_args(folder / "warm_seq", 1, base, "--seed_everything=0"))
     main(_args(folder / "warm_pop", 1, base, population))
 
-    sequential = 0.0
-    for s in seeds:
-        sequential += _timed(_args(folder / f"seq{s}", epochs, base, f"--seed_everything={s}"))
-    pop_seconds = _timed(_args(folder / "pop", epochs, base, population))
+    def both(tag: str, n_epochs: int) -> tuple[float, float]:
+        seq = sum(
+            _timed(_args(folder / f"{tag}seq{s}", n_epochs, base, f"--seed_everything={s}"))
+            for s in timed
+        )
+        return seq * scale, _timed(_args(folder / f"{tag}pop", n_epochs, base, population))
 
+    sequential, pop_seconds = both("", epochs)
     members_dir = folder / "pop" / "lmc" / "version_0" / "members"
     diff = 0.0
-    for s in seeds:
+    for s in timed:
         mine = load_checkpoint(resolve_checkpoint(members_dir / f"seed={s}"))["state_dict"]
         twin_dir = folder / f"seq{s}" / "lmc" / "version_0"
         twin = load_checkpoint(resolve_checkpoint(twin_dir))["state_dict"]
         diff = max(diff, *(float((mine[k] - v).abs().max()) for k, v in twin.items()))
-    return {
+    out = {
         f"many_models_speedup_{key}": sequential / pop_seconds,
         f"sequential_s_{key}": sequential,
         f"population_s_{key}": pop_seconds,
         f"max_abs_diff_{key}": diff,
     }
+    if baseline_epochs:
+        seq0, pop0 = both("base_", baseline_epochs)
+        out[f"many_models_epoch_speedup_{key}"] = (sequential - seq0) / (pop_seconds - pop0)
+        out[f"sequential_base_s_{key}"] = seq0
+        out[f"population_base_s_{key}"] = pop0
+    return out
 
 
 def main_cli(argv: list[str] | None = None) -> None:

@@ -20,7 +20,10 @@ and the three rotate so that machine load hits them alike.
 
 * ``students`` / ``mlp_population``: ``--members`` (16) models as one ``--population`` run
   against as many sequential ``lmc fit`` runs (``benchmarks/population.py``): the 003 student
-  (width 32, ``--student-epochs``) and the MNIST MLP (``--mlp-population-epochs``).
+  (width 32, ``--student-epochs``) and the MNIST MLP (``--mlp-population-epochs``;
+  ``--sequential-sample K`` times K of the sequential runs and scales, and
+  ``--population-baseline-epochs B`` times both again at B epochs for
+  ``many_models_epoch_speedup_mlp``, the extra epochs' training alone).
 
 Run ``LMC_DATA_DIR=<copy of the datasets> python benchmarks/training.py`` (``--accelerator gpu``
 on a GPU). The last line holds ``train_throughput_mlp=<lmc samples/s / plain samples/s>
@@ -263,6 +266,18 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=16, help="population size")
     parser.add_argument("--student-epochs", type=int, default=50)
     parser.add_argument("--mlp-population-epochs", type=int, default=2)
+    parser.add_argument(
+        "--sequential-sample",
+        type=int,
+        default=None,
+        help="time this many of the sequential runs and scale (default all)",
+    )
+    parser.add_argument(
+        "--population-baseline-epochs",
+        type=int,
+        default=0,
+        help="also time both at this many epochs: the per-epoch speedup without start-up",
+    )
     ns = parser.parse_args()
     torch.manual_seed(0)
     csv = str(ROOT / "configs" / "loggers" / "csv.yaml")
@@ -319,7 +334,15 @@ def main() -> None:
             if ns.fake_mnist:
                 mlp.append(f"--data.init_args.data_dir={fake}")
             with tempfile.TemporaryDirectory() as tmp:
-                pop = population_run(Path(tmp), ns.members, ns.mlp_population_epochs, mlp, "mlp")
+                pop = population_run(
+                    Path(tmp),
+                    ns.members,
+                    ns.mlp_population_epochs,
+                    mlp,
+                    "mlp",
+                    ns.sequential_sample,
+                    ns.population_baseline_epochs,
+                )
             line.update(pop)
         for key in [k for k in line if k.startswith("many_models")]:
             print(f"{key}: {line[key]:.2f}x", flush=True)

@@ -165,3 +165,24 @@ def test_the_device_lap_benchmark_checks_exactness_and_prints_its_ratio(capsys):
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert gpu.last_line_values(last) == values
     assert values["device"] == "cpu" and float(values["lap_device_speedup"]) > 0
+
+
+def test_the_population_figure_samples_the_sequential_runs_and_separates_the_start_up(tmp_path):
+    """``benchmarks/population.py``'s run: 1 of 2 sequential runs timed and doubled, its weights
+    its member's, and the per-epoch ratio from the 1-epoch baseline."""
+    from benchmarks import population
+
+    base = [*population.student_args(width=4), "--trainer.accelerator=cpu"]
+    out = population.run(tmp_path, 2, 2, base, "students", sample=1, baseline_epochs=1)
+    assert sorted(p.name for p in tmp_path.iterdir() if "seq" in p.name) == [
+        "base_seq0",
+        "seq0",
+        "warm_seq",
+    ]  # seed 1 is not timed: its time is seed 0's
+    assert out["max_abs_diff_students"] < 1e-5  # the timed run equals its member
+    assert out["many_models_speedup_students"] == pytest.approx(
+        out["sequential_s_students"] / out["population_s_students"]
+    )
+    extra = out["sequential_s_students"] - out["sequential_base_s_students"]
+    pop_extra = out["population_s_students"] - out["population_base_s_students"]
+    assert out["many_models_epoch_speedup_students"] == pytest.approx(extra / pop_extra)
