@@ -40,6 +40,18 @@ def test_a_forged_verdict_fails_the_check(tmp_path, monkeypatch, capsys):
     assert "differs from the verdicts recomputed" in capsys.readouterr().out
 
 
+def test_numbers_are_compared_to_a_relative_tolerance_and_everything_else_exactly():
+    """Another numpy/pandas may sum in another order (the 16th digit), never more."""
+    same = reproductions.same_values
+    claim = {"verdict": "reproduced", "n": 6, "estimate": -0.0012520689655173012, "p": math.nan}
+    assert same(claim, {**claim, "estimate": -0.0012520689655173053})
+    assert not same(claim, {**claim, "estimate": -0.00125207})  # a 1e-6 change
+    assert not same(claim, {**claim, "verdict": "contradicted"})
+    assert not same(claim, {**claim, "n": 7})
+    assert not same(claim, {**claim, "p": 0.5})
+    assert not same(claim, {k: v for k, v in claim.items() if k != "n"})
+
+
 def test_a_forged_result_fails_naming_the_study_and_the_file(tmp_path):
     base = tmp_path / "results"
     shutil.copytree(EVIDENCE, base)
