@@ -13,6 +13,8 @@ from typing import Any
 from lightning.pytorch.loggers import CSVLogger as _LightningCSVLogger
 from lightning.pytorch.loggers import WandbLogger as _LightningWandbLogger
 
+from lmc.engine.seam import wandb_init, wandb_offline
+
 
 def wandb_offline_default() -> bool:
     """Offline unless ``WANDB_MODE=online`` is set in the environment."""
@@ -124,10 +126,10 @@ def continue_offline_history(logger: Any, before_step: int) -> None:
     would log next: after the rows its earlier attempts logged below training step
     ``before_step`` (the checkpoint's). W&B alone restarts an offline attempt at step 0, so the
     attempts could not be read as one run, nor synced into one."""
-    if not isinstance(logger, _LightningWandbLogger) or not logger._wandb_init.get("id"):
+    if not isinstance(logger, _LightningWandbLogger) or not wandb_init(logger).get("id"):
         return
-    init = logger._wandb_init
-    if not (logger._offline or init.get("mode") == "offline"):
+    init = wandb_init(logger)
+    if not (wandb_offline(logger) or init.get("mode") == "offline"):
         return  # online, W&B resumes the run at its own last step
     save_dir = logger.save_dir or init.get("dir") or "."
     if not offline_segments(save_dir, init["id"]):

@@ -16,7 +16,7 @@ import lightning as L
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
-from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -35,6 +35,7 @@ from lmc.engine.resume import (
     run_of_config,
     same_experiment,
 )
+from lmc.engine.seam import SeamCLI
 from lmc.io import atomic_write, config_to_save, drop_unserializable, load_checkpoint
 from lmc.tasks.rundir import run_dir
 
@@ -109,7 +110,7 @@ RUN_OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
 )
 
 
-class LMCCLI(LightningCLI):
+class LMCCLI(SeamCLI):
     """LightningCLI for ``lmc``: subclass mode for model and data, integer seed, safe checkpoints."""
 
     def add_arguments_to_parser(self, parser: Any) -> None:
@@ -125,7 +126,7 @@ class LMCCLI(LightningCLI):
             parser.error(message)
         super().parse_arguments(parser, args)
 
-    def _parse_ckpt_path(self) -> None:
+    def parse_checkpoint_path(self) -> None:
         # Check --ckpt_path before Lightning reads hyper-parameters from it, so a missing, corrupt
         # or untrusted file fails fast with a clear message before any work starts.
         sub = self.config.get("subcommand")
@@ -149,7 +150,7 @@ class LMCCLI(LightningCLI):
                     "keys in the config and leave --ckpt_path out, or rerun the run."
                 )
         before = self._model_config(sub)
-        super()._parse_ckpt_path()  # the checkpoint's hyper-parameters replace the given ones
+        super().parse_checkpoint_path()  # the checkpoint's hyper-parameters replace the given ones
         changed = _differences(before, self._model_config(sub), "model")
         if changed and sub == "fit":
             shown = "; ".join(
@@ -188,7 +189,7 @@ class LMCCLI(LightningCLI):
         run = run_of_config([str(p) for p in cfg.get("config") or []])
         root = _logger_root(cfg)
         if run is None:
-            current = yaml.safe_load(self._parser("fit").dump(cfg, skip_none=False))
+            current = yaml.safe_load(self.subcommand_parser("fit").dump(cfg, skip_none=False))
             current = drop_unserializable(current)
             for candidate in resumable_runs(root):
                 saved = yaml.safe_load((candidate / "config.yaml").read_text())
@@ -217,7 +218,7 @@ class LMCCLI(LightningCLI):
         if continuing is not None:
             keep_logged_rows(self.trainer, continuing)
 
-    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> L.Trainer:
+    def build_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> L.Trainer:
         # Every fit saves last.ckpt (what --ckpt_path last resumes), atomically, with the random
         # state inside (RandomStateCheckpoint), so a resumed run continues exactly.
         given = [*(config.get("callbacks") or []), *callbacks]
@@ -258,10 +259,10 @@ class LMCCLI(LightningCLI):
         )
         if not any(isinstance(p, CheckpointIO) for p in plugins):
             config["plugins"] = [*plugins, AtomicCheckpointIO()]
-        return super()._instantiate_trainer(config, callbacks)
+        return super().build_trainer(config, callbacks)
 
-    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict[str, Any]:
-        kwargs = super()._prepare_subcommand_kwargs(subcommand)
+    def subcommand_kwargs(self, subcommand: str) -> dict[str, Any]:
+        kwargs = super().subcommand_kwargs(subcommand)
         if getattr(self, "_spawning", False):  # start where the parent run was, own seed
             kwargs["ckpt_path"] = self.config_init[subcommand].spawn_from
         return kwargs
@@ -294,11 +295,11 @@ class LMCCLI(LightningCLI):
 
         self.population = PopulationFit(self)  # builds every member now; no Trainer
 
-    def _run_subcommand(self, subcommand: str) -> None:
+    def run_subcommand(self, subcommand: str) -> None:
         if getattr(self, "population", None) is not None:
             self.population.run()
             return
-        super()._run_subcommand(subcommand)
+        super().run_subcommand(subcommand)
 
     def after_validate(self) -> None:
         # The task's closing line (what it measured, where its figure and summary went) last,

@@ -23,10 +23,10 @@ def _parse_only_cli() -> type:
     class ParseOnlyCLI(LMCCLI):
         """Parse and check the arguments, then stop: no seed, no classes, no run."""
 
-        def _parse_ckpt_path(self) -> None:
+        def parse_checkpoint_path(self) -> None:
             pass
 
-        def _set_seed(self) -> None:
+        def set_seed(self) -> None:
             pass
 
         def before_instantiate_classes(self) -> None:
@@ -38,7 +38,7 @@ def _parse_only_cli() -> type:
         def after_instantiate_classes(self) -> None:
             pass
 
-        def _run_subcommand(self, subcommand: str) -> None:
+        def run_subcommand(self, subcommand: str) -> None:
             pass
 
     return ParseOnlyCLI
@@ -76,4 +76,4 @@ def _resolve(args: tuple[str, ...]) -> dict[str, Any]:
     except Exception as err:
         raise ConfigError(f"`lmc {' '.join(args)}` does not parse: {err}") from err
     sub = args[0]
-    return yaml.safe_load(cli._parser(sub).dump(cli.config[sub], skip_none=False))
+    return yaml.safe_load(cli.subcommand_parser(sub).dump(cli.config[sub], skip_none=False))

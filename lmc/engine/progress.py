@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 
-from lightning.pytorch.callbacks import TQDMProgressBar
+from lmc.engine.seam import SeamProgressBar
 
 
-class ProgressBar(TQDMProgressBar):
+class ProgressBar(SeamProgressBar):
     """``TQDMProgressBar`` that redraws a bar at most every ``min_interval`` seconds (and on
     its last batch); ``refresh_rate`` and ``leave`` as Lightning's.
 
@@ -38,8 +38,8 @@ class ProgressBar(TQDMProgressBar):
         self.min_interval = min_interval
         self._last_draw = float("-inf")
 
-    def _should_update(self, current: int, total: int) -> bool:
-        if not super()._should_update(current, total):
+    def should_redraw(self, current: int, total: int | float) -> bool:
+        if not super().should_redraw(current, total):
             return False
         now = time.monotonic()
         if current != total and now - self._last_draw < self.min_interval:

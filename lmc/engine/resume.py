@@ -23,6 +23,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from lmc.engine.seam import experiment_started, set_experiment
 from lmc.io import atomic_write, load_checkpoint, remove_orphans, spawn_point
 
 
@@ -141,7 +142,7 @@ class LogsForResume(Callback):
     @staticmethod
     def _flush(trainer: L.Trainer) -> None:
         for logger in trainer.loggers:
-            if isinstance(logger, CSVLogger) and logger._experiment is not None:
+            if isinstance(logger, CSVLogger) and experiment_started(logger):
                 logger.save()
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -197,9 +198,9 @@ def keep_logged_rows(trainer: L.Trainer, checkpoint: str | Path) -> None:
         return
     step = logged_step(load_checkpoint(checkpoint, mmap=True))
     for logger in trainer.loggers:
-        if isinstance(logger, CSVLogger) and logger._experiment is None:
+        if isinstance(logger, CSVLogger) and not experiment_started(logger):
             os.makedirs(logger.root_dir, exist_ok=True)
-            logger._experiment = ResumedCSVWriter(logger.log_dir, step)
+            set_experiment(logger, ResumedCSVWriter(logger.log_dir, step))
         else:
             continue_offline_history(logger, step)
 

@@ -29,8 +29,9 @@ import numpy as np
 import torch
 from jsonargparse import Namespace
 from lightning.fabric.utilities.seed import seed_everything
-from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters_context
 from torch import nn
+
+from lmc.engine.seam import given_hyperparameters_context
 
 _PLAIN = (bool, int, float, str, type(None))
 
@@ -113,7 +114,7 @@ class DirectBuild:
             else:
                 kwargs[name] = copy.deepcopy(value) if kind == "value" else value
         # a deep copy: each member owns its hyper-parameters, as each CLI build does
-        with _given_hyperparameters_context(copy.deepcopy(self.hparams), self.instantiator):
+        with given_hyperparameters_context(copy.deepcopy(self.hparams), self.instantiator):
             return self.cls(**kwargs)
 
     def matches(self, seed: int, cli_build: Callable[[int], nn.Module]) -> nn.Module | None:

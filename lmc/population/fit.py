@@ -29,11 +29,11 @@ from jsonargparse import Namespace
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
-from lightning.pytorch.loggers.utilities import _log_hyperparams
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from lmc.data.base import epoch_order
+from lmc.engine.seam import experiment_started, log_hyperparams
 from lmc.io import atomic_write, config_to_save, load_state
 from lmc.population.build import DirectBuild, same_state
 from lmc.population.checks import (
@@ -383,7 +383,7 @@ class PopulationFit:
         its sequential twin would have them. Written once the population's own runs are
         closed (W&B keeps one active run per process)."""
         for logger in self.loggers:
-            if isinstance(logger, WandbLogger) and logger._experiment is not None:
+            if isinstance(logger, WandbLogger) and experiment_started(logger):
                 logger.experiment.finish()
         # the member folders already hold their checkpoints and config: not an old run's logs
         warnings.filterwarnings("ignore", "Experiment logs directory .* exists and is not empty")
@@ -407,7 +407,7 @@ class PopulationFit:
                 else:  # the CLI's config, then what the twin's Trainer logs at fit start
                     member.log_hyperparams(cfg)
                     fit = SimpleNamespace(loggers=[member], lightning_module=task, datamodule=dm)
-                    _log_hyperparams(fit)  # type: ignore[arg-type]
+                    log_hyperparams(fit)
                     if csv:
                         csv_text = member_configs(path.read_text())
                 for step, metrics in self.member_metrics(k):
@@ -419,7 +419,7 @@ class PopulationFit:
 
     # --- output ------------------------------------------------------------------------------
     def _dump(self, cfg: Any) -> str:
-        return config_to_save(self.cli._parser(self.sub).dump(cfg, skip_none=False))
+        return config_to_save(self.cli.subcommand_parser(self.sub).dump(cfg, skip_none=False))
 
     def _write_config(self, path: Path, cfg: Any) -> None:
         text = self._dump(cfg)

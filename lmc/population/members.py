@@ -16,6 +16,7 @@ import torch
 import yaml
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 
+from lmc.engine.seam import wandb_init, wandb_offline
 from lmc.io import atomic_write
 from lmc.loggers import WandbLogger as LmcWandbLogger
 
@@ -76,12 +77,12 @@ def member_logger(main: Logger, folder: Path, seed: int) -> Logger | None:
     the population run's group (the study's, else the population run's id); ``None`` for
     other kinds (their per-member columns stay in the population's run)."""
     if isinstance(main, WandbLogger):
-        init = main._wandb_init
+        init = wandb_init(main)
         return LmcWandbLogger(
             name=f"{init.get('name') or 'population'}-seed={seed}",
             save_dir=str(folder),
             project=init.get("project") or "lmc",
-            offline=main._offline,
+            offline=wandb_offline(main),
             tags=[*(init.get("tags") or []), "population-member"],
             group=init.get("group") or f"population-{main.version}",
             job_type=init.get("job_type"),

@@ -11,10 +11,10 @@ from dataclasses import asdict, is_dataclass
 from typing import Any, Literal
 
 import lightning as L
-from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from lmc.engine.seam import given_hyperparameters, hparams_stores
 from lmc.evaluation import LossName, cache_batches
 from lmc.io import drop_unserializable
 from lmc.permutation.source import check_spec_source, needs_example, resolve_spec
@@ -156,7 +156,7 @@ def save_task_hparams(module: L.LightningModule, ignore: Sequence[str] = ()) -> 
     objects cannot be stored safely: the ``ignore`` arguments are left out (pass them again
     when loading).
     """
-    if _given_hyperparameters.get() is None:
+    if given_hyperparameters() is None:
         module.save_hyperparameters(ignore=list(ignore), frame=inspect.currentframe().f_back)
         # option groups given as dataclasses are stored as plain mappings (the CLI's already are)
         for key, value in list(module.hparams.items()):
@@ -166,11 +166,10 @@ def save_task_hparams(module: L.LightningModule, ignore: Sequence[str] = ()) -> 
         module.save_hyperparameters()
         # the CLI's dump of the config: a class default it could not write (a functools.partial)
         # is left out, so that a resume parses the checkpoint's hyperparameters back
-        for store in (module._hparams, getattr(module, "_hparams_initial", None)):
-            if store is not None:
-                clean = drop_unserializable(dict(store))
-                store.clear()
-                store.update(clean)
+        for store in hparams_stores(module):
+            clean = drop_unserializable(dict(store))
+            store.clear()
+            store.update(clean)
 
 
 class LMCTask(L.LightningModule):

@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lmc.engine.seam import counted_step
+
 #: eager steps on a side stream before the capture (lazy state, cuBLAS workspaces, autotuning)
 WARMUP_STEPS = 3
 
@@ -136,9 +138,8 @@ class CapturedStep:
         sy.copy_(y)
         if self.graph is None:
             self._record(optimizer)
-        optimizer._on_before_step()  # Lightning's step count (the manual loop's hooks)
-        self.graph.replay()
-        optimizer._on_after_step()
+        with counted_step(optimizer):  # Lightning's step count (the manual loop's hooks)
+            self.graph.replay()
         out, loss = self.result
         return out, loss.clone()
 

@@ -22,6 +22,8 @@ from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 
+from lmc.engine.seam import counted_step
+
 #: the hooks Lightning dispatches between a manual step's loss and its parameter update
 HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
 _STRATEGY = ("backward", "pre_backward", "post_backward", "optimizer_step")
@@ -50,6 +52,5 @@ def direct_step(optimizer: Any, loss: Tensor) -> None:
     """Backward through ``loss`` and step the torch optimizer inside ``optimizer`` (a
     ``LightningOptimizer``), counting the step as Lightning's manual loop does."""
     loss.backward()
-    optimizer._on_before_step()  # the manual loop's step count (and the profiler's section)
-    optimizer.optimizer.step()
-    optimizer._on_after_step()
+    with counted_step(optimizer):  # the manual loop's step count (and profiler section)
+        optimizer.optimizer.step()
