@@ -99,3 +99,15 @@ def test_every_task_is_on_the_lmc_base():
         c for _, c in inspect.getmembers(tasks, inspect.isclass) if issubclass(c, L.LightningModule)
     ]
     assert found and [c.__name__ for c in found if not issubclass(c, LMCTask)] == []
+
+
+def test_the_models_import_nothing_of_lmc_but_the_models():
+    """Architectures and their initialisers are leaves (issue 49: an MLP imported its
+    initialiser from lmc.metrics)."""
+    wrong = [
+        f"{path.relative_to(ROOT.parent)}:{line} imports {imported}"
+        for path in sorted((ROOT / "models").rglob("*.py"))
+        for line, imported in _imports(path)
+        if not imported.startswith("lmc.models")
+    ]
+    assert not wrong, "\n".join(wrong)

@@ -3,8 +3,8 @@
 - :mod:`lmc.metrics.entropy`: neuron-distribution entropy (000 Def. 2.2, Remark 2.3, App. B).
 - :mod:`lmc.metrics.sharpness`: Hutchinson tr(H ⊙ θθᵀ) and tr(H) (004 §6.2, eq. 6, App. D.2).
 - :mod:`lmc.metrics.sparsity`: PQ-index sparsity of weights (003 Def. 7).
-- :mod:`lmc.metrics.overlap`: neuron types and the overlap of two teacher-student minima, and
-  uniform minima on the manifold (003 §3, Assumption 3).
+- :mod:`lmc.metrics.overlap`: neuron types and the overlap of two teacher-student minima
+  (003 §3; uniform minima on the manifold are drawn by :func:`lmc.models.init.sample_minimum`).
 """
 
 from lmc.metrics.entropy import (

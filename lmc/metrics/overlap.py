@@ -19,6 +19,8 @@ import math
 import torch
 from torch import Tensor
 
+from lmc.models.init import free_neurons
+
 
 def neuron_types(weight: Tensor, teacher: Tensor | None = None) -> Tensor:
     """Type of each student neuron: the teacher neuron it is most aligned with.
@@ -74,48 +76,10 @@ def solutions_overlap(w: Tensor, w2: Tensor, teacher: Tensor | None = None) -> f
     )
 
 
-def _free_neurons(width: int, num_types: int) -> int:
-    """``width - num_types``: the neurons of a minimum free to take any type."""
-    if not 1 <= num_types <= width:
-        raise ValueError(
-            f"a global minimum needs at least one student neuron per teacher neuron: width "
-            f"{width} < teacher_width {num_types}; use width >= teacher_width"
-        )
-    return width - num_types
-
-
-def sample_types(width: int, num_types: int, generator: torch.Generator | None = None) -> Tensor:
-    """Neuron types of a uniformly distributed minimum (003 Assumption 3): each type once, the
-    other ``width - num_types`` neurons of a uniformly drawn type, in a random neuron order."""
-    free = torch.randint(num_types, (_free_neurons(width, num_types),), generator=generator)
-    types = torch.cat([torch.arange(num_types), free])
-    return types[torch.randperm(width, generator=generator)]
-
-
-def sample_minimum(
-    width: int,
-    teacher_width: int,
-    input_dim: int,
-    generator: torch.Generator | None = None,
-    dtype: torch.dtype = torch.float32,
-) -> Tensor:
-    """First-layer weight (width, input_dim) of a uniformly distributed global minimum for the
-    teacher e_1..e_m (003 Assumption 3, Lemma 8, B.1): neuron i = c_i e_{type(i)}, the c_i of a
-    type Exp(1) draws normalised to sum 1 (uniform on the simplex)."""
-    if teacher_width > input_dim:
-        raise ValueError(f"teacher_width {teacher_width} > input_dim {input_dim}")
-    types = sample_types(width, teacher_width, generator)
-    c = torch.empty(width, dtype=torch.float64).exponential_(1.0, generator=generator)
-    totals = torch.zeros(teacher_width, dtype=torch.float64).index_add_(0, types, c)
-    weight = torch.zeros(width, input_dim, dtype=torch.float64)
-    weight[torch.arange(width), types] = c / totals[types]
-    return weight.to(dtype)
-
-
 def expected_overlap(width: int, num_types: int) -> float:
     """E[overlap proportion] of two independent uniform minima (003 Assumption 3), exactly: a sum
     over the multinomial type vectors (small widths only; use :func:`simulate_overlap` beyond)."""
-    free = _free_neurons(width, num_types)
+    free = free_neurons(width, num_types)
     vectors = [c for c in itertools.product(range(free + 1), repeat=num_types) if sum(c) == free]
     if len(vectors) > 20_000:
         raise ValueError(f"{len(vectors)} type vectors are too many to enumerate; simulate instead")
@@ -135,7 +99,7 @@ def simulate_overlap(
 ) -> tuple[float, float]:
     """Monte-Carlo mean overlap proportion of two independent uniform minima and its standard
     error, over ``trials`` pairs (003 Fig. 1)."""
-    free = _free_neurons(width, num_types)
+    free = free_neurons(width, num_types)
     if free == 0:
         return 1.0, 0.0
     g = torch.Generator().manual_seed(seed)

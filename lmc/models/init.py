@@ -1,4 +1,6 @@
-"""Weight initialisation schemes shared by every built-in architecture."""
+"""Weight initialisation schemes shared by every built-in architecture, and the 003 student's
+initialisation at a uniformly drawn global minimum (:func:`sample_minimum`, 003 Assumption 3,
+Lemma 8; the overlap of such minima is measured by :mod:`lmc.metrics.overlap`)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import math
 from typing import Literal
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 InitScheme = Literal["default", "he_normal", "he_uniform", "xavier_normal"]
 _NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm, nn.GroupNorm)
@@ -85,3 +87,42 @@ class ResettableMixin:
             if m is not self and hasattr(m, "reset_parameters"):
                 m.reset_parameters()
         init_weights(self, self.init_scheme, self.init_scale)  # type: ignore[arg-type]
+
+
+def free_neurons(width: int, num_types: int) -> int:
+    """``width - num_types``: the neurons of a teacher-student global minimum free to take any
+    type (003 §3; at least one neuron per teacher neuron)."""
+    if not 1 <= num_types <= width:
+        raise ValueError(
+            f"a global minimum needs at least one student neuron per teacher neuron: width "
+            f"{width} < teacher_width {num_types}; use width >= teacher_width"
+        )
+    return width - num_types
+
+
+def sample_types(width: int, num_types: int, generator: torch.Generator | None = None) -> Tensor:
+    """Neuron types of a uniformly distributed minimum (003 Assumption 3): each type once, the
+    other ``width - num_types`` neurons of a uniformly drawn type, in a random neuron order."""
+    free = torch.randint(num_types, (free_neurons(width, num_types),), generator=generator)
+    types = torch.cat([torch.arange(num_types), free])
+    return types[torch.randperm(width, generator=generator)]
+
+
+def sample_minimum(
+    width: int,
+    teacher_width: int,
+    input_dim: int,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """First-layer weight (width, input_dim) of a uniformly distributed global minimum for the
+    teacher e_1..e_m (003 Assumption 3, Lemma 8, B.1): neuron i = c_i e_{type(i)}, the c_i of a
+    type Exp(1) draws normalised to sum 1 (uniform on the simplex)."""
+    if teacher_width > input_dim:
+        raise ValueError(f"teacher_width {teacher_width} > input_dim {input_dim}")
+    types = sample_types(width, teacher_width, generator)
+    c = torch.empty(width, dtype=torch.float64).exponential_(1.0, generator=generator)
+    totals = torch.zeros(teacher_width, dtype=torch.float64).index_add_(0, types, c)
+    weight = torch.zeros(width, input_dim, dtype=torch.float64)
+    weight[torch.arange(width), types] = c / totals[types]
+    return weight.to(dtype)

@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from lmc.models.init import InitScheme, ResettableMixin, init_weights
+from lmc.models.init import InitScheme, ResettableMixin, init_weights, sample_minimum
 from lmc.models.layers import Activation, Norm, make_activation, make_norm1d
 
 
@@ -71,7 +71,7 @@ class TwoLayerReLU(nn.Module):
     them. Initialisation is N(0, init_std^2) per element (003 B.1), or with ``init="manifold"``
     a global minimum drawn uniformly from the manifold of minima for the teacher e_1..e_m
     (``teacher_width`` = m; 003 Assumption 3, Lemma 8, B.1:
-    :func:`lmc.metrics.overlap.sample_minimum`), which gradient descent leaves where it is: the
+    :func:`lmc.models.init.sample_minimum`), which gradient descent leaves where it is: the
     "uniformly sampled solutions" of 003 Figs. 1-3. It needs ``width >= teacher_width``, the
     output weights fixed at 1, no bias, and the data's teacher e_1..e_m (the
     :class:`lmc.data.TeacherStudentDataModule` default).
@@ -126,8 +126,6 @@ class TwoLayerReLU(nn.Module):
         """N(0, init_std^2) student neurons (or a uniform global minimum with ``init="manifold"``),
         zero bias, output weights 1 (003 B.1)."""
         if self.init == "manifold":
-            from lmc.metrics.overlap import sample_minimum
-
             w = self.hidden.weight
             w.copy_(sample_minimum(w.shape[0], self.teacher_width, w.shape[1], dtype=w.dtype))
         else:

@@ -11,13 +11,12 @@ from lmc.metrics.overlap import (
     expected_overlap,
     neuron_types,
     overlap_proportion,
-    sample_minimum,
-    sample_types,
     simulate_overlap,
     solutions_overlap,
     type_vector,
 )
 from lmc.models import TwoLayerReLU
+from lmc.models.init import sample_minimum, sample_types
 
 
 def test_overlap_of_hand_made_type_vectors():
