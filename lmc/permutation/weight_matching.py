@@ -219,6 +219,47 @@ def weight_matching(
     a, b = as_state_dict(target), as_state_dict(source)
     check_same_architecture(a, b, ("target", "source"))
     sizes = spec.sizes(a)
+    keys = _objective_keys(a, b, keys)
+    accelerated = method == "accelerated"
+    lap = TimedSolver(solver if solver is not None else ("sap" if accelerated else "scipy"))
+    if accelerated and not lap.returns_duals:
+        raise ValueError(
+            f"accelerated weight matching needs a LAP solver that returns duals (e.g. 'sap'), "
+            f"got {solver!r}"
+        )
+    duals = _warm_duals(init, sizes) if accelerated else {}
+    device = a[keys[0]].device if keys else torch.device("cpu")
+    perm, frozen = _start_permutation(a, b, spec, sizes, init, device)
+
+    t0 = time.perf_counter()
+    cache = None
+    if accelerated:
+        kept = init.cache if isinstance(init, MatchingState) else None
+        cache = kept if kept is not None and cache_source else SourceCache()
+    problem = Problem(a, b, spec, keys, cache)
+    search = _Search(
+        problem, spec, sizes, perm, duals, frozen, lap, tol, workers or lap.workers, accelerated
+    )
+    search.cost_seconds += time.perf_counter() - t0
+    search.history.append(problem.start(perm))
+    converged, sweeps = search.run(max_sweeps, np.random.default_rng(seed))
+    problem.release()
+    return WeightMatchingResult(
+        perm=dict(perm),  # on the inputs' device, as every result of an algorithm is
+        history=search.history,
+        sweeps=sweeps,
+        solves=lap.calls,
+        converged=converged,
+        seconds=time.perf_counter() - t_start,
+        solve_seconds=lap.seconds,
+        cost_seconds=search.cost_seconds,
+        state=MatchingState(dict(perm), duals, cache if cache_source else None),
+    )
+
+
+def _objective_keys(a: StateDict, b: StateDict, keys: Iterable[str] | None) -> list[str]:
+    """The entries entering the objective (default every floating-point one), checked present
+    and finite in both models."""
     if keys is None:
         keys = [k for k, t in a.items() if t.dtype.is_floating_point]
     else:
@@ -228,83 +269,114 @@ def weight_matching(
             raise SpecError(f"keys {unknown[:5]} are not in the state dicts")
     check_finite({k: a[k] for k in keys}, "target")
     check_finite({k: b[k] for k in keys}, "source")
-    accelerated = method == "accelerated"
-    lap = TimedSolver(solver if solver is not None else ("sap" if accelerated else "scipy"))
-    if accelerated and not lap.returns_duals:
-        raise ValueError(
-            f"accelerated weight matching needs a LAP solver that returns duals (e.g. 'sap'), "
-            f"got {solver!r}"
-        )
-    device = a[keys[0]].device if keys else torch.device("cpu")
-    at_once = workers or lap.workers
+    return keys
 
-    init_perm: Mapping[str, Tensor] | None = init.perm if isinstance(init, MatchingState) else init
+
+def _warm_duals(init: MatchingState | Mapping[str, Tensor] | None, sizes: dict[str, int]) -> Duals:
+    """The LAP duals a previous call left in ``init`` (float64), checked against the groups."""
     duals: Duals = {}
-    if isinstance(init, MatchingState) and accelerated:
-        for g, (u, v) in init.duals.items():
-            if g not in sizes:
-                continue
-            u, v = np.asarray(u), np.asarray(v)
-            if (
-                u.shape != (sizes[g],)
-                or v.shape != (sizes[g],)
-                or u.dtype.kind + v.dtype.kind != "ff"
-            ):
-                raise SpecError(
-                    f"init.duals[{g!r}] must be two float arrays of length {sizes[g]} (the size "
-                    f"of permutation group {g!r}), got {u.dtype}{u.shape} and {v.dtype}{v.shape}; "
-                    "pass the state of a matching of the same architecture, or drop the duals"
-                )
-            duals[g] = (u.astype(np.float64), v.astype(np.float64))
-    # coupled groups (attention heads) start paired and stay so until the other groups have
-    # converged around them (lmc.permutation.coupled); every other group starts at the identity
-    frozen: set[str] = set()
+    if not isinstance(init, MatchingState):
+        return duals
+    for g, (u, v) in init.duals.items():
+        if g not in sizes:
+            continue
+        u, v = np.asarray(u), np.asarray(v)
+        if u.shape != (sizes[g],) or v.shape != (sizes[g],) or u.dtype.kind + v.dtype.kind != "ff":
+            raise SpecError(
+                f"init.duals[{g!r}] must be two float arrays of length {sizes[g]} (the size "
+                f"of permutation group {g!r}), got {u.dtype}{u.shape} and {v.dtype}{v.shape}; "
+                "pass the state of a matching of the same architecture, or drop the duals"
+            )
+        duals[g] = (u.astype(np.float64), v.astype(np.float64))
+    return duals
+
+
+def _start_permutation(
+    a: StateDict,
+    b: StateDict,
+    spec: PermutationSpec,
+    sizes: dict[str, int],
+    init: MatchingState | Mapping[str, Tensor] | None,
+    device: torch.device,
+) -> tuple[dict[str, Tensor], set[str]]:
+    """The permutation the search starts from and the groups frozen at first: ``init``'s,
+    else the identity, with coupled groups (attention heads) paired by
+    :func:`~lmc.permutation.coupled.coupled_start` and frozen until the other groups have
+    converged around them."""
+    init_perm = init.perm if isinstance(init, MatchingState) else init
     if init_perm is not None:
         check_permutation(init_perm, sizes)
-        perm = {g: init_perm[g].to(device, torch.long) for g in sizes}
-    else:
-        perm = {g: torch.arange(n, device=device) for g, n in sizes.items()}
-        start = coupled_start(a, b, spec) or {}
-        perm.update({g: p.to(device) for g, p in start.items()})
-        frozen = set(start)
+        return {g: init_perm[g].to(device, torch.long) for g in sizes}, set()
+    perm = {g: torch.arange(n, device=device) for g, n in sizes.items()}
+    start = coupled_start(a, b, spec) or {}
+    perm.update({g: p.to(device) for g, p in start.items()})
+    return perm, set(start)
 
-    cost_seconds = 0.0
-    t0 = time.perf_counter()
-    cache = None
-    if accelerated:
-        kept = init.cache if isinstance(init, MatchingState) else None
-        cache = kept if kept is not None and cache_source else SourceCache()
-    problem = Problem(a, b, spec, keys, cache)
-    cost_seconds += time.perf_counter() - t0
-    history = [problem.start(perm)]
-    host = {g: p.cpu().numpy() for g, p in perm.items()}  # the LAPs' copy: no read-back a solve
 
-    groups = [g for g in spec.groups if g in sizes]
-    version = dict.fromkeys(groups, 0)
-    solved_at: dict[str, dict[str, int] | None] = dict.fromkeys(groups)
-    rng = np.random.default_rng(seed)
-    sweeps = 0
-    converged = False
+class _Search:
+    """The coordinate descent over the groups (see the module docstring), in place on ``perm``
+    and ``duals``: sweeps in a seeded random order, each a run of batches of groups whose LAPs
+    cannot affect each other, solved at once (``at_once`` at most). Accelerated (Alg. 3) when
+    ``duals`` warm-start the solves and a group is solved only when a neighbour changed;
+    plain (Alg. 2) when the solver returns no duals."""
 
-    def needs_solve(g: str) -> bool:
-        last = solved_at[g]
-        return last is None or any(version[h] != last[h] for h in spec.neighbors[g])
+    def __init__(
+        self,
+        problem: Problem,
+        spec: PermutationSpec,
+        sizes: dict[str, int],
+        perm: dict[str, Tensor],
+        duals: Duals,
+        frozen: set[str],
+        lap: TimedSolver,
+        tol: float,
+        at_once: int,
+        accelerated: bool = True,
+    ) -> None:
+        self.problem, self.spec, self.sizes, self.perm = problem, spec, sizes, perm
+        self.duals, self.frozen, self.lap = duals, frozen, lap
+        self.accelerated, self.tol, self.at_once = accelerated, tol, at_once
+        self.device = next(iter(perm.values())).device if perm else torch.device("cpu")
+        # the LAPs' copy of the permutation: no read-back a solve
+        self.host = {g: p.cpu().numpy() for g, p in perm.items()}
+        self.groups = [g for g in spec.groups if g in sizes]
+        self.version = dict.fromkeys(self.groups, 0)
+        self.solved_at: dict[str, dict[str, int] | None] = dict.fromkeys(self.groups)
+        self.history: list[float] = []
+        self.cost_seconds = 0.0
 
-    def cost_matrix(g: str) -> tuple[Tensor, list[tuple[Member, Tensor]]]:
-        """The LAP's input ``K_g = -C_g``, summed negated (exactly the negation of the sum:
-        rounding is symmetric), and the member products (left intact for the objective)."""
-        stat = problem.static[g]
-        k = stat.neg() if stat is not None else None
-        prods = []
-        for m in problem.dynamic[g]:
-            prod = m.kept_product(perm) if accelerated else m.product(perm)
-            k = prod.neg() if k is None else k.sub_(prod)
-            prods.append((m, prod))
-        if k is None:
-            k = torch.zeros(sizes[g], sizes[g], device=device)
-        return k, prods
+    def run(self, max_sweeps: int, rng: np.random.Generator) -> tuple[bool, int]:
+        """Sweep until converged or ``max_sweeps``; ``(converged, sweeps)``."""
+        sweeps = 0
+        while sweeps < max_sweeps:
+            if self.accelerated and not any(self.needs_solve(g) for g in self.groups):
+                return True, sweeps
+            sweeps += 1
+            order = [self.groups[i] for i in rng.permutation(len(self.groups))]
+            improved = self.sweep(order)
+            self.history.append(self.problem.total())
+            if self.frozen and not improved:  # the rest converged around the coupled groups
+                self.frozen = set()
+                continue
+            if not self.accelerated and not improved:
+                return True, sweeps
+        return self.accelerated and not any(self.needs_solve(g) for g in self.groups), sweeps
 
-    def next_batch(order: list[str], start: int) -> tuple[list[str], int]:
+    def needs_solve(self, g: str) -> bool:
+        """Whether a neighbour of ``g`` changed since ``g`` was last solved (accelerated)."""
+        last = self.solved_at[g]
+        return last is None or any(self.version[h] != last[h] for h in self.spec.neighbors[g])
+
+    def sweep(self, order: list[str]) -> bool:
+        """One pass over ``order``; whether any group's permutation improved."""
+        improved = False
+        at = 0
+        while at < len(order):
+            batch, at = self.next_batch(order, at)
+            improved |= self.solve(batch)
+        return improved
+
+    def next_batch(self, order: list[str], start: int) -> tuple[list[str], int]:
         """The groups to solve from ``order[start:]`` on whose solves cannot affect each other:
         it stops before the first group that neighbours one already taken (its cost matrix,
         and whether it needs a solve at all, depend on that solve's outcome). Solving a batch
@@ -312,83 +384,68 @@ def weight_matching(
         batch: list[str] = []
         cells = 0
         i = start
-        while i < len(order) and len(batch) < at_once:
+        while i < len(order) and len(batch) < self.at_once:
             g = order[i]
-            if g not in frozen and any(h in spec.neighbors[g] for h in batch):
+            if g not in self.frozen and any(h in self.spec.neighbors[g] for h in batch):
                 break
-            if batch and g not in frozen and cells + sizes[g] ** 2 > CONCURRENT_LAP_CELLS:
+            size = self.sizes[g] ** 2
+            if batch and g not in self.frozen and cells + size > CONCURRENT_LAP_CELLS:
                 break
             i += 1
-            if g in frozen or (accelerated and not needs_solve(g)):
+            if g in self.frozen or (self.accelerated and not self.needs_solve(g)):
                 continue  # frozen, or its cost matrix is the one it was last solved for
             batch.append(g)
-            cells += sizes[g] ** 2
+            cells += size
         return batch, i
 
-    while sweeps < max_sweeps:
-        if accelerated and not any(needs_solve(g) for g in groups):
-            converged = True
-            break
-        sweeps += 1
-        improved_any = False
-        order = [groups[i] for i in rng.permutation(len(groups))]
-        at = 0
-        while at < len(order):
-            batch, at = next_batch(order, at)
-            t0 = time.perf_counter()
-            built = [cost_matrix(g) for g in batch]
-            costs, scales = _to_host([c_t for c_t, _ in built])
-            cost_seconds += time.perf_counter() - t0
-            problems = []
-            for g, k in zip(batch, costs):
-                warm = None
-                if accelerated and g in duals:
-                    warm = LapSolution(host[g], *duals[g])
-                problems.append((k, warm))
-            solutions = lap.many(problems, at_once)
-            for g, k, scale, (_, prods), sol in zip(batch, costs, scales, built, solutions):
-                if isinstance(sol, LapInputError):
-                    raise SpecError(_cost_error(g, problem, prods, sol)) from sol
-                if accelerated:
-                    if sol.u is None or sol.v is None:
-                        duals.pop(g, None)
-                    else:
-                        duals[g] = (sol.u, sol.v)
-                rows = np.arange(k.shape[0])
-                cur = host[g]
-                old = -float(k[rows, cur].sum(dtype=np.float64))
-                new = -float(k[rows, sol.perm].sum(dtype=np.float64))
-                if new - old > tol * k.shape[0] * scale:
-                    perm[g] = torch.as_tensor(sol.perm, device=device)
-                    host[g] = np.asarray(sol.perm, dtype=np.int64)
-                    version[g] += 1
-                    improved_any = True
-                solved_at[g] = {h: version[h] for h in spec.neighbors[g]}
-                problem.refresh(g, prods, perm)
-            del built
-        history.append(problem.total())
-        if frozen and not improved_any:  # the rest converged around the coupled groups
-            frozen = set()
-            continue
-        if not accelerated and not improved_any:
-            converged = True
-            break
-    else:
-        converged = accelerated and not any(needs_solve(g) for g in groups)
+    def cost_matrix(self, g: str) -> tuple[Tensor, list[tuple[Member, Tensor]]]:
+        """The LAP's input ``K_g = -C_g``, summed negated (exactly the negation of the sum:
+        rounding is symmetric), and the member products (left intact for the objective)."""
+        stat = self.problem.static[g]
+        k = stat.neg() if stat is not None else None
+        prods = []
+        for m in self.problem.dynamic[g]:
+            prod = m.kept_product(self.perm) if self.accelerated else m.product(self.perm)
+            k = prod.neg() if k is None else k.sub_(prod)
+            prods.append((m, prod))
+        if k is None:
+            k = torch.zeros(self.sizes[g], self.sizes[g], device=self.device)
+        return k, prods
 
-    problem.release()
-    out = dict(perm)  # on the inputs' device, as every result of an algorithm is
-    return WeightMatchingResult(
-        perm=out,
-        history=history,
-        sweeps=sweeps,
-        solves=lap.calls,
-        converged=converged,
-        seconds=time.perf_counter() - t_start,
-        solve_seconds=lap.seconds,
-        cost_seconds=cost_seconds,
-        state=MatchingState(dict(perm), duals, cache if cache_source else None),
-    )
+    def solve(self, batch: list[str]) -> bool:
+        """Solve ``batch``'s LAPs at once and keep each group's new permutation where it
+        improves the group's objective by more than ``tol * n * max|K|``."""
+        t0 = time.perf_counter()
+        built = [self.cost_matrix(g) for g in batch]
+        costs, scales = _to_host([c for c, _ in built])
+        self.cost_seconds += time.perf_counter() - t0
+        problems = []
+        for g, k in zip(batch, costs):
+            warm = None
+            if self.accelerated and g in self.duals:
+                warm = LapSolution(self.host[g], *self.duals[g])
+            problems.append((k, warm))
+        solutions = self.lap.many(problems, self.at_once)
+        improved = False
+        for g, k, scale, (_, prods), sol in zip(batch, costs, scales, built, solutions):
+            if isinstance(sol, LapInputError):
+                raise SpecError(_cost_error(g, self.problem, prods, sol)) from sol
+            if self.accelerated:
+                if sol.u is None or sol.v is None:
+                    self.duals.pop(g, None)
+                else:
+                    self.duals[g] = (sol.u, sol.v)
+            rows = np.arange(k.shape[0])
+            old = -float(k[rows, self.host[g]].sum(dtype=np.float64))
+            new = -float(k[rows, sol.perm].sum(dtype=np.float64))
+            if new - old > self.tol * k.shape[0] * scale:
+                self.perm[g] = torch.as_tensor(sol.perm, device=self.device)
+                self.host[g] = np.asarray(sol.perm, dtype=np.int64)
+                self.version[g] += 1
+                improved = True
+            self.solved_at[g] = {h: self.version[h] for h in self.spec.neighbors[g]}
+            self.problem.refresh(g, prods, self.perm)
+        return improved
 
 
 def _to_host(costs: list[Tensor]) -> tuple[list[np.ndarray], list[float]]:
