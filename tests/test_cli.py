@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -260,6 +263,74 @@ def test_help_and_module_entry_point():
     with pytest.raises(SystemExit) as err:
         run_cli("--help")
     assert err.value.code == 0
+    with pytest.raises(SystemExit) as err:
+        run_cli("fit", "--help")  # a command's own help is LightningCLI's
+    assert err.value.code == 0
+
+
+def test_help_lists_every_command_without_importing_lightning():
+    code = (
+        "import sys\nfrom lmc.cli import main\ntry:\n    main(['--help'])\n"
+        "except SystemExit as e:\n    print('exit', e.code)\n"
+        "print('lightning loaded:', any(m.startswith('lightning') for m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    for command in ("fit", "validate", "test", "predict", "study", "completion"):
+        assert re.search(rf"^  {command} +\S", out, re.M), command
+    assert "exit 0" in out and "lightning loaded: False" in out
+
+
+@pytest.mark.parametrize(
+    "typed, near", [("fitt", "'fit'"), ("studdy", "'study'"), ("valdate", "'validate'")]
+)
+def test_a_mistyped_command_names_the_nearest(typed, near, capsys):
+    with pytest.raises(SystemExit) as err:
+        run_cli(typed, "--config", "x.yaml")
+    assert err.value.code == 2
+    message = capsys.readouterr().err
+    assert f"unknown command {typed!r}; did you mean {near}" in message
+    assert "commands: fit, validate, test, predict, study, completion" in message
+
+
+def _complete(shell_words: str, tmp_path: Path) -> list[str]:
+    """What bash offers for ``shell_words`` (the last word is being completed) with the
+    script of ``lmc completion bash``."""
+    script = tmp_path / "lmc.bash"
+    with pytest.raises(SystemExit):
+        with open(script, "w") as f, contextlib.redirect_stdout(f):
+            run_cli("completion", "bash")
+    words = shell_words.split(" ")
+    probe = (
+        f"source {script}; COMP_WORDS=({' '.join(repr(w) for w in words)}); "
+        f"COMP_CWORD={len(words) - 1}; _lmc; printf '%s\\n' \"${{COMPREPLY[@]}}\""
+    )
+    out = subprocess.run(
+        ["bash", "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path
+    ).stdout
+    return sorted(out.split())
+
+
+def test_bash_completion_offers_commands_study_steps_and_options(tmp_path):
+    assert _complete("lmc st", tmp_path) == ["study"]
+    assert _complete("lmc study r", tmp_path) == ["report", "run"]
+    assert _complete("lmc fit --tr", tmp_path) == ["--trainer."]
+    assert _complete("lmc completion z", tmp_path) == ["zsh"]
+    (tmp_path / "run.yaml").write_text("")
+    assert "run.yaml" in _complete("lmc fit --config ru", tmp_path)
+
+
+def test_zsh_completion_loads_the_bash_script_and_a_bad_shell_is_refused(capsys):
+    with pytest.raises(SystemExit) as err:
+        run_cli("completion", "zsh")
+    assert err.value.code == 0
+    out = capsys.readouterr().out
+    assert "bashcompinit" in out and "complete -o filenames" in out
+    with pytest.raises(SystemExit) as err:
+        run_cli("completion", "fish")
+    assert err.value.code == 2
+    assert "usage: lmc completion bash|zsh" in capsys.readouterr().err
 
 
 def test_quickstart_trains_two_models_and_matching_removes_the_barrier(tmp_path):
