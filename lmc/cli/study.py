@@ -119,13 +119,14 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def _dispatch(ns: argparse.Namespace, in_process: bool) -> None:
     from lmc.studies import load_and_plan, run_study, status
+    from lmc.studies.keys import readable_coordinates
     from lmc.studies.store import damaged_jobs
 
     if ns.command == "plan":
         study, jobs = load_and_plan(ns.file, log=print)
         print(f"study {study.name}: {len(jobs)} jobs")
         for job in jobs:
-            coords = " ".join(f"{k}={v}" for k, v in job.coordinates.items())
+            coords = readable_coordinates(job.coordinates)
             inputs = f" <- {', '.join(job.inputs)}" if job.inputs else ""
             print(f"{job.stage:10s} {job.id}  {coords}{inputs}")
             print(f"    lmc {' '.join(job.args)}")

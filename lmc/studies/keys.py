@@ -53,3 +53,30 @@ def near_keys(cfg: Mapping[str, Any], dotted: str) -> str:
 
 def config_args(configs: Sequence[Path], extra: Sequence[str]) -> list[str]:
     return [arg for path in configs for arg in ("-c", str(path))] + list(extra)
+
+
+def short_keys(keys: Sequence[str]) -> dict[str, str]:
+    """Each dotted key shortened to its last part, or to as many last parts as keep the keys
+    apart (``model.init_args.net.init_args.width`` -> ``width``; ``a.x.seed`` and ``b.seed``
+    -> ``x.seed`` and ``b.seed``), ``init_args`` left out of the shortened form."""
+
+    def tail(key: str, n: int) -> str:
+        parts = [p for p in key.split(".") if p != "init_args"] or [key]
+        return ".".join(parts[-n:])
+
+    out: dict[str, str] = {}
+    for key in keys:
+        n = 1
+        while n < len(key.split(".")) and any(
+            tail(key, n) == tail(other, n) for other in keys if other != key
+        ):
+            n += 1
+        out[key] = tail(key, n)
+    return out
+
+
+def readable_coordinates(coordinates: Mapping[str, Any]) -> str:
+    """A job's coordinates as one line for people: ``width=512 seed=0`` (short keys, values
+    as given on the command line)."""
+    names = short_keys(list(coordinates))
+    return " ".join(f"{names[k]}={cli_value(v)}" for k, v in coordinates.items())

@@ -20,6 +20,7 @@ from lmc.studies.check import check_job_configs, check_jobs, check_study
 from lmc.studies.claims import check_claim_metrics, check_figure_metrics
 from lmc.studies.execute import Runner, input_stamps, now, record_interrupted
 from lmc.studies.executors import Handle, make_executor
+from lmc.studies.keys import readable_coordinates
 from lmc.studies.load import load_study
 from lmc.studies.plan import Job, parse_shard, plan, shard
 from lmc.studies.schema import Study, StudyError
@@ -257,7 +258,10 @@ def _schedule(
     progress = _Progress(len(selected), study.name, log, progress_bar)
 
     def name(job: Job) -> str:
-        return f"[{index[job.id]}/{len(jobs)}] {job.stage} {job.id} {job.coordinates}"
+        coords = readable_coordinates(job.coordinates)
+        return f"[{index[job.id]}/{len(jobs)}] {job.stage} {job.id}" + (
+            f" {coords}" if coords else ""
+        )
 
     def fail(job: Job, error: str) -> None:
         store.clear(job)

@@ -3,6 +3,8 @@ refused with a clear message before any job runs."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from lmc.studies import StudyError, load_and_plan, run_study
@@ -471,7 +473,11 @@ def test_shipped_example_plans(capsys):
     assert len(train) == 140 and len(jobs) == 140 + 70  # 20 seeds, 10 disjoint pairs a width
     assert {j.coordinates[WIDTH] for j in train} == {2, 4, 8, 16, 32, 64, 128}
     main(["study", "plan", str(CONFIGS / "studies" / "003_width.yaml")])
-    assert "study 003_width: 210 jobs" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "study 003_width: 210 jobs" in out
+    # coordinates for people: short keys, command-line values, no dict repr
+    first = next(line for line in out.splitlines() if line.startswith("train"))
+    assert re.search(r"  width=2 lr=0.2 seed_everything=\d+", first) and "{" not in first
     # the spawn example: 2 parents x 5 epochs x 2 children, a barrier per parent and epoch
     _, jobs = load_and_plan(CONFIGS / "studies" / "instability.yaml")
     assert [sum(j.stage == s for j in jobs) for s in ("train", "children", "barrier")] == [
@@ -660,3 +666,25 @@ def test_a_misspelt_figure_metric_is_refused_when_planned(tmp_path):
         r"\(\d+ names; the closest it produces: barrier_loss_matched",
     ):
         run_study(path, tmp_path / "out", runner=lambda a: None, log=lambda _: None)
+
+
+def test_coordinates_read_with_the_shortest_keys_that_keep_them_apart():
+    from lmc.studies.keys import readable_coordinates, short_keys
+
+    assert short_keys([WIDTH, "seed_everything"]) == {
+        WIDTH: "width",
+        "seed_everything": "seed_everything",
+    }
+    keys = ["model.init_args.net.init_args.seed", "data.init_args.seed", "trainer.max_epochs"]
+    assert short_keys(keys) == {
+        keys[0]: "net.seed",
+        keys[1]: "data.seed",
+        keys[2]: "max_epochs",
+    }
+    coords = {
+        WIDTH: 8,
+        "model.init_args.optimizer.init_args.lr": 0.1,
+        "data.init_args.name": "mnist",
+    }
+    assert readable_coordinates(coords) == "width=8 lr=0.1 name=mnist"
+    assert readable_coordinates({}) == ""
