@@ -60,7 +60,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from lmc.studies.schema import StudyError
+from lmc.studies.store import StudyStore, read_plan, study_folder
 from lmc.studies.wandb_spec import (
     COMMAND,
     SPEC_FILE,
@@ -356,6 +359,22 @@ def summary_tables(csv_path: str | Path) -> dict[str, list[dict[str, Any]]]:
     return tables
 
 
+def logged_to_wandb(root: str | Path) -> bool:
+    """Whether any done job of the study folder ``root`` logged to W&B (a ``WandbLogger`` in
+    its run's saved ``config.yaml``)."""
+    root = study_folder(root)
+    store = StudyStore(root)
+    for job in read_plan(root)["jobs"]:
+        config = store.run_dir(job) / "config.yaml"
+        if not store.is_done(job) or not config.is_file():
+            continue
+        logger = ((yaml.safe_load(config.read_text()) or {}).get("trainer") or {}).get("logger")
+        loggers = logger if isinstance(logger, list) else [logger]
+        if any("WandbLogger" in str((lg or {}).get("class_path", "")) for lg in loggers):
+            return True
+    return False
+
+
 def publish_or_save(root: str | Path, report: Any, target: str) -> str:
     """The ``--wandb`` step of ``lmc study report``: write the spec of the study folder
     ``root``'s report (``report``: what :func:`lmc.studies.report.write_report` returned: the
@@ -364,10 +383,18 @@ def publish_or_save(root: str | Path, report: Any, target: str) -> str:
     upload it later.
 
     Raises:
-        StudyError: ``target`` is not ``ENTITY/PROJECT`` (nothing written), or
-            wandb-workspaces is missing (the spec is written first).
+        StudyError: ``target`` is not ``ENTITY/PROJECT``, or no run of the study logged to
+            W&B (nothing written in either case), or wandb-workspaces is missing (the spec is
+            written first).
     """
     parse_target(target)
+    if not logged_to_wandb(root):
+        raise StudyError(
+            f"the runs of the study in {root} logged to CSV only (no WandbLogger in their saved "
+            "configs), so a W&B report would chart runs that do not exist: add "
+            "configs/loggers/wandb.yaml to train.config (and to the evaluate stages' configs) "
+            "and run the study again, or read its report.html"
+        )
     figures = [getattr(f, "spec", f) for f in getattr(report, "figures", None) or []]
     summary = (getattr(report, "tables", None) or {}).get("summary")
     tables = summary_tables(summary) if summary and Path(summary).is_file() else {}

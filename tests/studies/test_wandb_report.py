@@ -13,12 +13,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from lmc.studies import StudyError
 from lmc.studies import wandb_report as wbr
 from lmc.studies.figure_spec import FigureSpec
 from lmc.studies.wandb_spec import EVALUATE_PREFIX
-from tests.studies.conftest import WIDTH
+from tests.studies.conftest import WIDTH, copy_run
 
 FIGURES = (
     FigureSpec(
@@ -200,7 +201,22 @@ def test_without_wandb_workspaces_the_error_says_how_to_install(spec, monkeypatc
         wbr.build_report(spec, "someone", "lmc")
 
 
+def test_a_study_that_logged_to_csv_only_is_refused_naming_the_fix(tiny_run, tmp_path):
+    """The tiny study's runs log to CSV: a W&B report would chart runs that do not exist."""
+    report = _lmc_report(tmp_path)
+    with pytest.raises(StudyError, match=r"logged to CSV only .* add configs/loggers/wandb.yaml"):
+        wbr.publish_or_save(tiny_run[1], report, "someone/lmc")
+    assert not (tmp_path / "report" / wbr.SPEC_FILE).exists()
+    out = copy_run(tiny_run, tmp_path)  # one run that logged to W&B is enough
+    config = next(out.rglob("config.yaml"))
+    saved = yaml.safe_load(config.read_text())
+    saved["trainer"]["logger"] = {"class_path": "lmc.loggers.WandbLogger", "init_args": {}}
+    config.write_text(yaml.safe_dump(saved))
+    assert not wbr.logged_to_wandb(tiny_run[1]) and wbr.logged_to_wandb(out)
+
+
 def test_publish_or_save_writes_the_spec_even_without_wandb_workspaces(tiny_run, tmp_path, monkeypatch):  # fmt: skip
+    monkeypatch.setattr(wbr, "logged_to_wandb", lambda root: True)
     monkeypatch.setitem(sys.modules, "wandb_workspaces", None)
     monkeypatch.setitem(sys.modules, "wandb_workspaces.reports.v2", None)
     report = _lmc_report(tmp_path)
@@ -331,6 +347,7 @@ def test_publish_returns_the_url_and_publish_or_save_says_what_happened(
         self.id = "abc123"
         return self
 
+    monkeypatch.setattr(wbr, "logged_to_wandb", lambda root: True)
     monkeypatch.setattr(wr.Report, "save", save)
     monkeypatch.setattr(
         wr.Report, "url", property(lambda r: f"https://wandb.example/{r.entity}/{r.project}/{r.id}")
