@@ -284,6 +284,20 @@ def _marginal(
     )
 
 
+def _exact_transport() -> OTSolver:
+    """POT's exact optimal transport ``ot.emd``, or an ``ImportError`` saying how to install it
+    (the ``ot`` extra) or how to do without it (a ``solver`` of one's own)."""
+    try:
+        import ot
+    except ImportError:
+        raise ImportError(
+            "OTFusion's exact optimal transport needs POT, an optional dependency of lmc: "
+            "pip install 'lmc[ot]' (or pip install 'pot>=0.9.6,<0.10'), or pass "
+            "solver=(mu, nu, cost) -> plan"
+        ) from None
+    return ot.emd
+
+
 def otfusion(
     states: Sequence[StateDict],
     spec: PermutationSpec,
@@ -337,10 +351,7 @@ def otfusion(
             raise ValueError("pruning needs net (the architecture) to prune the models")
         states = prune_models(net, states, pruning)
     if solver is None:
-        import ot
-
-        def solver(mu: np.ndarray, nu: np.ndarray, cost: np.ndarray) -> np.ndarray:
-            return ot.emd(mu, nu, cost)
+        solver = _exact_transport()
 
     bsizes = sizes[base]
     if target_width is None:

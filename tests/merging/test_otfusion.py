@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 
 import numpy as np
 import pytest
@@ -61,6 +62,17 @@ def test_permuted_copy_with_batchnorm_and_residual_streams(make):
     spec, state, perm = _permuted(net, 3)
     res = otfusion([state, perm, perm], spec)
     assert _max_diff(res.state, state) < 1e-5
+
+
+def test_without_pot_the_error_says_how_to_install_it_or_do_without(monkeypatch):
+    """POT is the ``ot`` extra, not a core dependency: its absence is named with the fix, and a
+    solver of one's own needs no POT."""
+    monkeypatch.setitem(sys.modules, "ot", None)
+    spec, state, perm = _permuted(_mlp(0), 3)
+    with pytest.raises(ImportError, match=r"needs POT.*pip install 'lmc\[ot\]'.*solver="):
+        otfusion([state, perm], spec)
+    res = otfusion([state, perm], spec, solver=lambda mu, nu, cost: np.diag(mu))
+    assert res.state.keys() == state.keys()
 
 
 def test_identity_plan_is_the_plain_average():
