@@ -1,6 +1,6 @@
 """The claim engine's error rates on synthetic results with a known truth (issue #47): every
-simulated study goes through :func:`lmc.studies.claims.parse_claims` and
-:func:`lmc.studies.verdicts.evaluate_claims`, as a study's results do.
+simulated study goes through :func:`lmc.studies.claims.declared.parse_claims` and
+:func:`lmc.studies.claims.verdicts.evaluate_claims`, as a study's results do.
 
 Designs, each simulated ``--sims`` times (5 disjoint pairs unless said):
 
@@ -12,12 +12,12 @@ Designs, each simulated ``--sims`` times (5 disjoint pairs unless said):
   models), and, for comparison, naively over all pairs (``false_verdict_rate_shared_naive``,
   which the shared error inflates);
 * ``power``: a true effect of one standard deviation per replicate at the replicates
-  :func:`lmc.studies.inference.replicates_needed` plans for 80 % power (10): the rate of
+  :func:`lmc.studies.claims.inference.replicates_needed` plans for 80 % power (10): the rate of
   ``reproduced`` should be at least 80 %;
 * ``equivalence_null``: the true difference at the margin (not equivalent): a ``reproduced``
   (equivalent) verdict is wrong, at most 5 %;
 * ``auto``: the adaptive two-stage design ``replicates: auto`` is built on
-  (:func:`lmc.studies.inference.two_stage_verdict`): a pilot of 5 replicates, then as many
+  (:func:`lmc.studies.claims.inference.two_stage_verdict`): a pilot of 5 replicates, then as many
   as 80 % power at the pilot's mean and spread needs, within a budget of 20 in all, the
   stages combined by the inverse-normal method. On null data its wrong verdicts
   (``false_verdict_rate_auto``) stay at 5 %; a naive t test over both stages
@@ -30,7 +30,7 @@ false_verdict_rate_shared_naive=… false_verdict_rate_log=… false_equivalence
 false_verdict_rate_auto=… false_verdict_rate_auto_naive=… resolved_rate_auto=…
 mc_se_at_5pct=… sims=… device=cpu``. ``--quick`` (400 simulations) runs in a minute; the
 default test suite runs 200 (``tests/studies/test_calibration.py``). A study with
-``replicates: auto`` runs this design (:mod:`lmc.studies.replicates`).
+``replicates: auto`` runs this design (:mod:`lmc.studies.running.replicates`).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lmc.studies import inference  # noqa: E402
-from lmc.studies.claims import parse_claims  # noqa: E402
-from lmc.studies.verdicts import ClaimResult, evaluate_claims  # noqa: E402
+from lmc.studies.claims import inference  # noqa: E402
+from lmc.studies.claims.declared import parse_claims  # noqa: E402
+from lmc.studies.claims.verdicts import ClaimResult, evaluate_claims  # noqa: E402
 
 STUDY = {"name": "calibration", "train": {"config": "x.yaml", "grid": {"seed_everything": [0]}}}
 PAIRS = 5

@@ -35,7 +35,7 @@ says so, and the others still run. The parts:
   (``lap_device_speedup_2048x4``).
 * ``paper_study`` (issue 48): ``configs/studies/paper/000_training_mnist.yaml`` end to end
   (``lmc study run``, 4 workers on the one GPU, the study capped at 480 s), its evidence
-  exported (``lmc.studies.evidence.export_evidence``) and its per-job table and provenance
+  exported (``lmc.studies.claims.evidence.export_evidence``) and its per-job table and provenance
   copied to the output folder, to be committed under ``docs/reproductions/results/paper/``
   (``paper_study_000_training_mnist_s``, nan unless it finished, and ``..._jobs_done``: the jobs its
   claims read).
@@ -311,7 +311,7 @@ def paper_study(
     import shutil
 
     from benchmarks.reproductions import EVIDENCE, evidence_csv, study_file
-    from lmc.studies.evidence import export_evidence
+    from lmc.studies.claims.evidence import export_evidence
 
     file = file or ROOT / study_file("paper", name)
     label = file.relative_to(ROOT).as_posix() if file.is_relative_to(ROOT) else file.name

@@ -5,7 +5,7 @@ is read back.
 Every study feeding the table keeps its evidence under ``docs/reproductions/results/<scale>/``:
 ``<name>.csv``, the per-job results its claims read, and ``<name>.json``, its provenance (lmc
 commit, date, device, versions, the study file's hash and the datasets' hashes;
-:mod:`lmc.studies.evidence`).
+:mod:`lmc.studies.claims.evidence`).
 
 * ``python benchmarks/reproductions.py --collect [--dir DIR]`` exports the evidence of every
   study folder under ``DIR`` (``DIR/<name>`` for the CPU-scale files of ``configs/studies/``,
@@ -60,7 +60,7 @@ def collect(study_dir: Path, base: Path = EVIDENCE, only: list[str] | None = Non
     ``study_dir/paper`` (paper scale) that declares claims (of the studies ``only`` names, when
     given): the provenance files written."""
     from benchmarks.studies import ORDER
-    from lmc.studies.evidence import export_evidence
+    from lmc.studies.claims.evidence import export_evidence
 
     written = []
     for scale in SCALES:
@@ -80,7 +80,7 @@ def recompute_all(base: Path = EVIDENCE) -> dict[str, Any]:
     """Every claim of every study with committed evidence under ``base``, evaluated again on
     it, in the order of ``benchmarks/studies.py`` within each scale."""
     from benchmarks.studies import ORDER
-    from lmc.studies.evidence import read_evidence, recompute
+    from lmc.studies.claims.evidence import read_evidence, recompute
 
     studies = []
     for scale in ("cpu", "paper"):

@@ -7,7 +7,7 @@ Runs ``configs/studies/<name>.yaml`` for 000_init_scale, 000_training, 004_merge
 zipit_disjoint_vgg (``run_study`` with ``--workers`` local workers, each study into ``--dir``/<name>,
 then its report), one after the other; a folder that already holds the study's done jobs is not
 redone (the engine skips them), so a second call only reads. The numbers come from
-:func:`lmc.studies.results.results` (one row per job and metric), never from logs:
+:func:`lmc.studies.reporting.results.results` (one row per job and metric), never from logs:
 
 * ``pruning_lowers_barrier`` (000 Table 1): the fraction of (strategy, rate > 0) cells whose
   weight-matched test loss barrier (``barrier_loss_matched``, mean over the seed pairs) is below
@@ -95,9 +95,9 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 from lmc.studies import run_study  # noqa: E402
-from lmc.studies.figure_spec import fit_exp  # noqa: E402
-from lmc.studies.report import write_report  # noqa: E402
-from lmc.studies.results import results  # noqa: E402
+from lmc.studies.reporting.figure_spec import fit_exp  # noqa: E402
+from lmc.studies.reporting.report import write_report  # noqa: E402
+from lmc.studies.reporting.results import results  # noqa: E402
 
 STUDIES = ROOT / "configs" / "studies"
 ORDER = (

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lmc.studies import load_study, plan  # noqa: E402
-from lmc.studies.store import JOB_FILE, StudyStore  # noqa: E402
+from lmc.studies.running.store import JOB_FILE, StudyStore  # noqa: E402
 
 STUDY = ROOT / "configs" / "studies" / "003_width.yaml"
 WIDTH_KEY = "model.init_args.net.init_args.width"
@@ -159,7 +159,7 @@ def _rerun_timing(store: StudyStore, jobs: list[dict], since: float, workers: in
 
 def _barriers(root: Path, stages: set[str], width_key: str) -> dict[float, dict[str, float]]:
     """Per width, the mean over the evaluate rows (seed pairs) of each barrier metric."""
-    from lmc.studies.results import results
+    from lmc.studies.reporting.results import results
 
     table = results(root)
     if width_key not in table.columns:

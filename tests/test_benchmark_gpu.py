@@ -89,7 +89,7 @@ def test_the_paper_study_part_runs_a_study_and_returns_its_evidence(tmp_path, mo
 
     import yaml
 
-    from lmc.studies.evidence import recompute
+    from lmc.studies.claims.evidence import recompute
 
     data = copy_shared_mnist(tmp_path)
     monkeypatch.setenv("LMC_DATA_DIR", str(data))

@@ -124,7 +124,7 @@ def test_every_other_config_saves_a_config_that_parses_back(config, tmp_path):
     """Merge, curve and barrier configs need trained endpoints to run; what `lmc` would save of
     them (the parsed config, dumped as the run's config.yaml is) parses back to the same config."""
     from lmc.io import config_to_save, drop_unserializable
-    from lmc.studies.check import resolve_config
+    from lmc.studies.spec.check import resolve_config
 
     first = resolve_config(["fit", "-c", str(config)])
     saved = tmp_path / "config.yaml"

@@ -56,9 +56,9 @@ def test_no_module_imports_a_floor_above_its_own():
 def test_the_check_sees_a_violation(tmp_path):
     """The scan finds imports inside functions, as the old ones from the studies were."""
     bad = tmp_path / "bad.py"
-    bad.write_text("def f():\n    from lmc.cli import main\n    import lmc.studies.run\n")
-    assert _imports(bad) == [(2, "lmc.cli"), (3, "lmc.studies.run")]
-    assert _floor("lmc.cli") > _floor("lmc.studies.run") > _floor("lmc.engine.app")
+    bad.write_text("def f():\n    from lmc.cli import main\n    import lmc.studies.running.run\n")
+    assert _imports(bad) == [(2, "lmc.cli"), (3, "lmc.studies.running.run")]
+    assert _floor("lmc.cli") > _floor("lmc.studies.running.run") > _floor("lmc.engine.app")
     assert _floor("lmc.engine.seam") == _floor("lmc.tasks.base") == 0
 
 

@@ -12,8 +12,8 @@ def _table() -> str:
     from lmc.merging.contract import MERGE_METHODS
     from lmc.permutation.lap import available_solvers
     from lmc.permutation.matchers import MATCHERS
-    from lmc.studies.figure_spec import FIGURE_KINDS
-    from lmc.studies.schema import EVALUATE_KINDS
+    from lmc.studies.reporting.figure_spec import FIGURE_KINDS
+    from lmc.studies.spec.schema import EVALUATE_KINDS
 
     lines = []
     for title, registry in (("Matchers", MATCHERS), ("Merge methods", MERGE_METHODS)):
@@ -28,9 +28,9 @@ def _table() -> str:
         "### Other named kinds",
         "",
         f"- LAP solvers (`lmc.permutation.lap`): {', '.join(f'`{n}`' for n in available_solvers())}",
-        f"- study evaluate-stage kinds (`lmc.studies.schema.EVALUATE_KINDS`): "
+        f"- study evaluate-stage kinds (`lmc.studies.spec.schema.EVALUATE_KINDS`): "
         f"{', '.join(f'`{n}`' for n in EVALUATE_KINDS)}",
-        f"- study figure kinds (`lmc.studies.figure_spec.FIGURE_KINDS`): "
+        f"- study figure kinds (`lmc.studies.reporting.figure_spec.FIGURE_KINDS`): "
         f"{', '.join(f'`{n}`' for n in FIGURE_KINDS)}",
     ]
     return "\n".join(lines)

@@ -119,8 +119,8 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def _dispatch(ns: argparse.Namespace, in_process: bool) -> None:
     from lmc.studies import load_and_plan, run_study, status
-    from lmc.studies.keys import readable_coordinates
-    from lmc.studies.store import damaged_jobs
+    from lmc.studies.running.store import damaged_jobs
+    from lmc.studies.spec.keys import readable_coordinates
 
     if ns.command == "plan":
         study, jobs = load_and_plan(ns.file, log=print)
@@ -162,7 +162,7 @@ def _dispatch(ns: argparse.Namespace, in_process: bool) -> None:
                 f"damaged: {job['stage']} {job['id']} {job['coordinates']}: {why} "
                 "(`lmc study run` redoes it)"
             )
-        from lmc.studies.replicates import read_state
+        from lmc.studies.running.replicates import read_state
 
         state = read_state(ns.dir)
         if state:
@@ -176,7 +176,7 @@ def _report(root: str, out: str | None, wandb: str | None, after_run: bool) -> N
     """Write the study's report; after a run, a report that cannot be written is a warning
     (the study's results are complete either way), on its own an error."""
     from lmc.studies import StudyError
-    from lmc.studies.report import write_report
+    from lmc.studies.reporting.report import write_report
 
     try:
         report = write_report(root, out)
@@ -192,7 +192,7 @@ def _report(root: str, out: str | None, wandb: str | None, after_run: bool) -> N
         print(f"note: {note}")
     print(f"report: {report.html} ({len(report.figures)} figures), {report.markdown}")
     if wandb:
-        from lmc.studies.wandb_report import publish_or_save
+        from lmc.studies.reporting.wandb_report import publish_or_save
 
         print(publish_or_save(root, report, wandb))
 
@@ -200,7 +200,7 @@ def _report(root: str, out: str | None, wandb: str | None, after_run: bool) -> N
 def _claims(root: str, as_json: bool) -> None:
     import json
 
-    from lmc.studies.verdicts import format_claims, study_claims
+    from lmc.studies.claims.verdicts import format_claims, study_claims
 
     results = study_claims(root)
     if as_json:

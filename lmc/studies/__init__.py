@@ -1,18 +1,18 @@
 """Studies (issue #14): one YAML file plans a grid of ``lmc fit`` trainings and evaluation
 stages over them (barriers between models selected by grid coordinates), runs them resumably
-in a study folder, and collects their results into one table.
+in a study folder, and collects their results into one table, figures, a report and the
+verdicts of the paper's claims.
 
-Pieces: :mod:`~lmc.studies.schema` (the study file), :mod:`~lmc.studies.check` (grid keys
-against the base configs, via the CLI parser), :mod:`~lmc.studies.plan` (grid -> jobs),
-:mod:`~lmc.studies.store` (folder, job records, lock), :mod:`~lmc.studies.run` (runner),
-:mod:`~lmc.studies.results` (tidy table; imports pandas, so import it directly).
+Split by concern (issue 49): :mod:`~lmc.studies.spec` (the study file and its checks),
+:mod:`~lmc.studies.running` (planning and running), :mod:`~lmc.studies.reporting` (results
+and report), :mod:`~lmc.studies.claims` (claims and verdicts).
 """
 
-from lmc.studies.load import load_study
-from lmc.studies.plan import Job, grid_points, plan
-from lmc.studies.run import RunSummary, load_and_plan, run_study
-from lmc.studies.schema import Study, StudyError
-from lmc.studies.store import StudyStore, status
+from lmc.studies.running.plan import Job, grid_points, plan
+from lmc.studies.running.run import RunSummary, load_and_plan, run_study
+from lmc.studies.running.store import StudyStore, status
+from lmc.studies.spec.load import load_study
+from lmc.studies.spec.schema import Study, StudyError
 
 __all__ = [
     "Job",

@@ -14,7 +14,7 @@ from scipy import stats
 
 from lmc.results import read_record
 from lmc.studies import StudyError, StudyStore, load_study
-from lmc.studies.aggregate import (
+from lmc.studies.reporting.aggregate import (
     default_by,
     job_table,
     seed_keys,
@@ -23,7 +23,7 @@ from lmc.studies.aggregate import (
     summarize,
     write_tables,
 )
-from lmc.studies.results import results
+from lmc.studies.reporting.results import results
 from tests.studies.conftest import WIDTH, copy_run
 
 T_975_2 = 4.302652729749464  # t_{0.975} with 2 degrees of freedom

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from lmc.studies import StudyError, StudyStore, load_study, run_study
-from lmc.studies import auto_population as auto
-from lmc.studies.run import checked_plan
+from lmc.studies.running import auto_population as auto
+from lmc.studies.running.run import checked_plan
 from tests.studies.conftest import tiny_study, write_study
 
 

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from lmc.studies import StudyError
-from lmc.studies.claims import parse_claims
-from lmc.studies.verdicts import evaluate_claims, replicates_needed, verdict
+from lmc.studies.claims.declared import parse_claims
+from lmc.studies.claims.verdicts import evaluate_claims, replicates_needed, verdict
 
 RATE = "rate"
 SEEDS = [0, 1, 2, 3, 4]
@@ -92,7 +92,7 @@ def test_an_underpowered_case_is_inconclusive_with_the_replicates_it_needs():
     assert r.n_needed == expected and 5 < expected < 100
     # the number it names has 80 % power to exclude the paper's effect (the farther of 0 and
     # it from the observed mean, 0.2), one fewer has not
-    from lmc.studies.inference import power
+    from lmc.studies.claims.inference import power
 
     n = int(expected)
     assert power(n, 0.2, sd) >= 0.8 > power(n - 1, 0.2, sd)
@@ -272,7 +272,7 @@ def test_a_study_with_claims_runs_reports_and_prints_them(tmp_path, capsys):
     ``lmc study claims`` give the paired difference recomputed here from the results table."""
     from lmc.cli import main
     from lmc.studies import run_study
-    from lmc.studies.results import results
+    from lmc.studies.reporting.results import results
     from tests.studies.conftest import WIDTH, tiny_study, width_claim, write_study
 
     claims = [
@@ -320,7 +320,7 @@ def test_a_study_with_claims_runs_reports_and_prints_them(tmp_path, capsys):
 def test_a_key_zipped_with_the_x_axis_varies_with_it():
     """003's learning rate is zipped with the width: a trend over the width leaves it free,
     found from the plan (the width determines it); a key crossed with the width must be fixed."""
-    from lmc.studies.claims import plan_ties, plan_values
+    from lmc.studies.claims.declared import plan_ties, plan_values
 
     jobs = [
         {"stage": "train", "coordinates": {"w": w, "lr": lr, "act": a, "seed_everything": s}}
@@ -357,7 +357,7 @@ def test_a_cell_without_results_yet_is_inconclusive_not_an_error():
 def test_a_claim_without_values_says_its_jobs_are_not_done():
     """Issue 46's new bad-input check: a claim whose jobs were pending or damaged read 'no
     number of replicates resolves it', a statement about a spread there was not."""
-    from lmc.studies.verdicts import ClaimResult, format_claims
+    from lmc.studies.claims.verdicts import ClaimResult, format_claims
 
     empty = ClaimResult(
         "c", "003 §4", "x falls", "", "difference", "less", "inconclusive", n=0, n_needed=math.inf

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from lmc.studies import StudyError
-from lmc.studies.evidence import export_evidence, read_evidence, recompute, study_hash
-from lmc.studies.verdicts import study_claims
+from lmc.studies.claims.evidence import export_evidence, read_evidence, recompute, study_hash
+from lmc.studies.claims.verdicts import study_claims
 from tests.studies.conftest import WIDTH, copy_run, tiny_study, width_claim, write_study
 
 CLAIMS = [

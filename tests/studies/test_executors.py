@@ -16,8 +16,8 @@ import pytest
 
 from lmc.cli import main
 from lmc.studies import StudyError, StudyStore, load_and_plan, run_study, status
-from lmc.studies.plan import Job, shard
-from lmc.studies.results import results
+from lmc.studies.reporting.results import results
+from lmc.studies.running.plan import Job, shard
 from tests.helpers import read_wandb_records, wandb_run_dirs
 from tests.studies.conftest import CONFIGS, TINY_DATA, WIDTH, tiny_study, write_study
 

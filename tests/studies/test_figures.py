@@ -16,10 +16,10 @@ import yaml
 from scipy import stats
 
 from lmc.studies import StudyError
-from lmc.studies.aggregate import series_table, stage_keys
-from lmc.studies.figure_spec import FigureSpec, check_metrics, fit_exp, parse_figures
-from lmc.studies.figures import render_figures
-from lmc.studies.results import results
+from lmc.studies.reporting.aggregate import series_table, stage_keys
+from lmc.studies.reporting.figure_spec import FigureSpec, check_metrics, fit_exp, parse_figures
+from lmc.studies.reporting.figures import render_figures
+from lmc.studies.reporting.results import results
 from tests.studies.conftest import WIDTH
 
 EXAMPLE = """
@@ -348,7 +348,7 @@ def test_a_log_axis_band_stops_above_zero(tmp_path):
     (fig,) = render_figures(parse_figures(raw, {"s": ["g"]}), None, tmp_path, tidy=tidy)
     data = pd.read_csv(fig.csv)
     assert data.ci_low.iloc[0] < 0  # the interval itself is kept in the CSV
-    from lmc.studies.figures import _log_floor
+    from lmc.studies.reporting.figures import _log_floor
 
     low = _log_floor(data.ci_low.to_numpy(), data["mean"].to_numpy())
     assert low[0] == pytest.approx(min(data.ci_low.iloc[1], data["mean"].min()) / 2)

@@ -12,9 +12,9 @@ import pytest
 from scipy import stats
 
 from lmc.studies import StudyError
-from lmc.studies import inference as inf
-from lmc.studies.claims import parse_claims
-from lmc.studies.verdicts import evaluate_claims
+from lmc.studies.claims import inference as inf
+from lmc.studies.claims.declared import parse_claims
+from lmc.studies.claims.verdicts import evaluate_claims
 
 X = [0.31, -0.12, 0.45, 0.08, 0.27, 0.19]
 Y = [0.02, 0.11, -0.05, 0.2, 0.07]

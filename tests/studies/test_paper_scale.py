@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from lmc.studies import load_study, plan
-from lmc.studies.check import check_study
-from lmc.studies.schema import Study
+from lmc.studies.spec.check import check_study
+from lmc.studies.spec.schema import Study
 from tests.helpers import CONFIGS
 
 PAPER = CONFIGS / "studies" / "paper"

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from lmc.studies import StudyError, load_and_plan, run_study
-from lmc.studies.schema import EVALUATE_KINDS, Groups, Pairs
+from lmc.studies.spec.schema import EVALUATE_KINDS, Groups, Pairs
 from tests.helpers import CONFIGS
 from tests.studies.conftest import (
     TINY_DATA,
@@ -533,7 +533,7 @@ def test_an_evaluate_stage_runs_the_command_it_names(tmp_path):
 def test_has_key_reads_a_list_as_its_last_entry():
     """``--trainer.callbacks.init_args.rate`` addresses the last callback, so a grid key under
     a list is checked against the list's last entry."""
-    from lmc.studies.keys import has_key
+    from lmc.studies.spec.keys import has_key
 
     cfg = {"trainer": {"callbacks": [{"init_args": {"bits": 10}}, {"init_args": {"rate": 0.5}}]}}
     assert has_key(cfg, "trainer.callbacks.init_args.rate")
@@ -608,8 +608,8 @@ def test_a_dataset_the_jobs_cannot_find_is_refused_when_planned(tmp_path):
 
 def test_a_large_plan_is_announced_and_its_checks_show_progress(tmp_path, monkeypatch):
     """Issue 46: a 198,000-job grid planned silently for 5 minutes."""
-    import lmc.studies.check as check
-    import lmc.studies.run as run
+    import lmc.studies.running.run as run
+    import lmc.studies.spec.check as check
 
     monkeypatch.setattr(run, "LARGE_PLAN", 3)
     monkeypatch.setattr(check, "PROGRESS_SECONDS", 0.0)
@@ -669,7 +669,7 @@ def test_a_misspelt_figure_metric_is_refused_when_planned(tmp_path):
 
 
 def test_coordinates_read_with_the_shortest_keys_that_keep_them_apart():
-    from lmc.studies.keys import readable_coordinates, short_keys
+    from lmc.studies.spec.keys import readable_coordinates, short_keys
 
     assert short_keys([WIDTH, "seed_everything"]) == {
         WIDTH: "width",

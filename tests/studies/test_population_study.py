@@ -11,8 +11,8 @@ import torch
 
 from lmc.io import load_checkpoint
 from lmc.studies import StudyError, StudyStore, load_study, run_study
-from lmc.studies.plan import MEMBER, plan
-from lmc.studies.results import results
+from lmc.studies.reporting.results import results
+from lmc.studies.running.plan import MEMBER, plan
 from tests.studies.conftest import CONFIGS, TINY_DATA, WIDTH, copy_run, tiny_study, write_study
 
 DATA_SEED = "data.init_args.seed"

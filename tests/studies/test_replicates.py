@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from lmc.studies import StudyError, load_study, run_study
-from lmc.studies import inference as inf
-from lmc.studies.results import results
-from lmc.studies.verdicts import study_claims
+from lmc.studies.claims import inference as inf
+from lmc.studies.claims.verdicts import study_claims
+from lmc.studies.reporting.results import results
 from tests.studies.conftest import WIDTH, tiny_study, width_claim, write_study
 
 AUTO = {"auto": True, "budget": 8}

@@ -16,7 +16,7 @@ import yaml
 
 from lmc.cli import main
 from lmc.studies import StudyError
-from lmc.studies.report import shown_summary, summary_sections, write_report
+from lmc.studies.reporting.report import shown_summary, summary_sections, write_report
 from tests.studies.conftest import WIDTH, copy_run
 
 FIGURES = [

@@ -18,10 +18,10 @@ from benchmarks import studies as studies_benchmark
 from lmc.data import write_fake_mnist
 from lmc.metrics import gaussian_entropy
 from lmc.studies import load_study, plan, run_study
-from lmc.studies.aggregate import series_table
-from lmc.studies.figure_spec import fit_exp
-from lmc.studies.report import write_report
-from lmc.studies.results import results
+from lmc.studies.reporting.aggregate import series_table
+from lmc.studies.reporting.figure_spec import fit_exp
+from lmc.studies.reporting.report import write_report
+from lmc.studies.reporting.results import results
 from tests.helpers import CONFIGS
 
 STUDIES = CONFIGS / "studies"
@@ -95,12 +95,12 @@ def tiny_study(
 
 def _fits(claim: dict[str, Any], path: Path) -> bool:
     """Whether the tiny study at ``path`` runs ``claim`` (its stages, values and the metrics
-    known before a job: :func:`lmc.studies.run.checked_plan` checks them)."""
+    known before a job: :func:`lmc.studies.running.run.checked_plan` checks them)."""
     from dataclasses import replace
 
     from lmc.studies import StudyError
-    from lmc.studies.claims import parse_claims
-    from lmc.studies.run import checked_plan
+    from lmc.studies.claims.declared import parse_claims
+    from lmc.studies.running.run import checked_plan
 
     try:
         study = load_study(path)
@@ -118,7 +118,7 @@ def run(path: Path, tmp_path: Path) -> Any:
     report = write_report(tmp_path / "out")
     claims = (yaml.safe_load(path.read_text()) or {}).get("claims") or []
     if claims:  # every claim the tiny grid keeps is evaluated into a verdict
-        from lmc.studies.verdicts import VERDICTS, study_claims
+        from lmc.studies.claims.verdicts import VERDICTS, study_claims
 
         verdicts = [r.verdict for r in study_claims(tmp_path / "out")]
         assert len(verdicts) == len(claims) and set(verdicts) <= set(VERDICTS)

@@ -13,7 +13,7 @@ import pytest
 
 from lmc.cli import main
 from lmc.studies import StudyError, StudyStore, run_study, status
-from lmc.studies.results import results
+from lmc.studies.reporting.results import results
 from tests.helpers import run_dirs
 from tests.studies.conftest import TINY_DATA, WIDTH, copy_run, merge_stage, tiny_study, write_study
 
@@ -166,8 +166,8 @@ def test_damaged_records_are_reported_then_redone_not_fatal(tiny_run, tmp_path, 
     status and the tables name them, the report is still written with them failed, and the
     next run sets them aside and redoes them (and the barrier that read the retrained model),
     to the same numbers."""
-    from lmc.studies.aggregate import job_table
-    from lmc.studies.report import write_report
+    from lmc.studies.reporting.aggregate import job_table
+    from lmc.studies.reporting.report import write_report
 
     path, _ = tiny_run
     out = copy_run(tiny_run, tmp_path)
@@ -247,7 +247,7 @@ def test_a_merge_method_registered_in_user_code_runs_from_a_study_file(tmp_path,
 def test_damage_is_checked_once_per_job_until_its_outputs_change(tiny_run, tmp_path, monkeypatch):
     """A report asks for every job's damage several times (jobs, results, series tables): the
     stores of one folder read each job's outputs once, and again once they change."""
-    import lmc.studies.store as store_module
+    import lmc.studies.running.store as store_module
 
     out = copy_run(tiny_run, tmp_path)
     reads = []

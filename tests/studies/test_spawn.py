@@ -11,7 +11,7 @@ import torch
 
 from lmc.io import load_checkpoint, model_state_dict, resolve_checkpoint
 from lmc.studies import StudyError, StudyStore, load_and_plan, run_study
-from lmc.studies.results import results
+from lmc.studies.reporting.results import results
 from tests.studies.conftest import tiny_study, write_study
 
 MINIBATCH = [  # 64 samples in batches of 16: 4 steps an epoch, so the data order matters

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from lmc.studies import StudyError
-from lmc.studies import wandb_report as wbr
-from lmc.studies.figure_spec import FigureSpec
-from lmc.studies.wandb_spec import EVALUATE_PREFIX
+from lmc.studies.reporting import wandb_report as wbr
+from lmc.studies.reporting.figure_spec import FigureSpec
+from lmc.studies.reporting.wandb_spec import EVALUATE_PREFIX
 from tests.studies.conftest import WIDTH, copy_run
 
 FIGURES = (
@@ -231,7 +231,7 @@ def test_publish_or_save_writes_the_spec_even_without_wandb_workspaces(tiny_run,
 
 
 def _lmc_report(tmp_path: Path) -> SimpleNamespace:
-    """What lmc.studies.report.write_report returns, as far as publish_or_save reads it."""
+    """What lmc.studies.reporting.report.write_report returns, as far as publish_or_save reads it."""
     out = tmp_path / "report"
     (out / "tables").mkdir(parents=True)
     summary = out / "tables" / "summary.csv"
@@ -371,7 +371,7 @@ def test_publish_returns_the_url_and_publish_or_save_says_what_happened(
 def test_every_figure_kind_has_a_drawing_and_a_panel(spec):
     """A figure kind is one entry in each table (figure_spec's keys, the matplotlib drawer, the
     W&B panel): a kind added to one and not the others is caught here (issue 32)."""
-    from lmc.studies.figure_spec import FIGURE_KINDS
+    from lmc.studies.reporting.figure_spec import FIGURE_KINDS
 
     for kind in FIGURE_KINDS.values():  # every kind carries both renderers
         assert callable(kind.renderer("matplotlib")) and callable(kind.renderer("wandb")), kind

@@ -12,9 +12,9 @@ from typing import Any
 
 from lmc.engine.parse import ConfigError
 from lmc.engine.parse import resolve_config as _parse
-from lmc.studies.keys import cli_value, config_args, has_key, near_keys
-from lmc.studies.plan import MEMBER
-from lmc.studies.schema import SEED_KEY, TRAIN_STAGE, Study, StudyError
+from lmc.studies.running.plan import MEMBER
+from lmc.studies.spec.keys import cli_value, config_args, has_key, near_keys
+from lmc.studies.spec.schema import SEED_KEY, TRAIN_STAGE, Study, StudyError
 
 
 def resolve_config(args: Sequence[str]) -> dict[str, Any]:

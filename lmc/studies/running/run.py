@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lmc.studies.auto_population import resolve_population
-from lmc.studies.check import check_job_configs, check_jobs, check_study
-from lmc.studies.claims import check_claim_metrics, check_figure_metrics
-from lmc.studies.execute import Runner, input_stamps, now, record_interrupted
-from lmc.studies.executors import Handle, make_executor
-from lmc.studies.keys import readable_coordinates
-from lmc.studies.load import load_study
-from lmc.studies.plan import Job, parse_shard, plan, shard
-from lmc.studies.schema import Study, StudyError
-from lmc.studies.store import StudyStore
+from lmc.studies.claims.declared import check_claim_metrics, check_figure_metrics
+from lmc.studies.running.auto_population import resolve_population
+from lmc.studies.running.execute import Runner, input_stamps, now, record_interrupted
+from lmc.studies.running.executors import Handle, make_executor
+from lmc.studies.running.plan import Job, parse_shard, plan, shard
+from lmc.studies.running.store import StudyStore
+from lmc.studies.spec.check import check_job_configs, check_jobs, check_study
+from lmc.studies.spec.keys import readable_coordinates
+from lmc.studies.spec.load import load_study
+from lmc.studies.spec.schema import Study, StudyError
 
 POLL_SECONDS = 0.05
 #: a plan this large is announced, and its checks show their progress
@@ -59,8 +59,8 @@ def checked_plan(
     runs_here: bool = True,
 ) -> list[Job]:
     """The study's jobs, after every check that needs no job to run (:func:`check_study` on
-    the configs, :func:`lmc.studies.check.check_jobs` and
-    :func:`lmc.studies.check.check_job_configs` on the planned jobs, the claims' metrics
+    the configs, :func:`lmc.studies.spec.check.check_jobs` and
+    :func:`lmc.studies.spec.check.check_job_configs` on the planned jobs, the claims' metrics
     against what each stage's jobs will report; ``runs_here``: the jobs run on this machine,
     whose devices then decide what can run); ``train.population:
     auto`` is decided here (``previous``: the plan already in the study's folder), and ``log``
@@ -91,7 +91,7 @@ def checked_plan(
     if study.claims:  # against what each stage's jobs will report
         check_claim_metrics(study.claims, produced)
         if log is not None:
-            from lmc.studies.verdicts import sharing_warnings
+            from lmc.studies.claims.verdicts import sharing_warnings
 
             for line in sharing_warnings(study.claims, [job.to_json() for job in jobs]):
                 log(line)
@@ -178,7 +178,7 @@ def run_study(
         workers: local worker processes (default: the study file's ``executor.workers``, else
             1 = in this process).
         executor: ``local`` or ``submitit`` (the study file's ``executor.submitit`` options).
-        shard_spec: ``"i/n"``: run only shard ``i`` of ``n`` (:func:`lmc.studies.plan.shard`).
+        shard_spec: ``"i/n"``: run only shard ``i`` of ``n`` (:func:`lmc.studies.running.plan.shard`).
         progress_bar: a live tqdm bar (the CLI shows one on a terminal).
 
     Raises:
@@ -188,7 +188,7 @@ def run_study(
     t_start = time.perf_counter()
     if Path(root).exists() and not Path(root).is_dir():
         raise StudyError(f"--dir {root} is a file: give the study's folder (made if missing)")
-    from lmc.studies.replicates import added_values, read_state, second_stage
+    from lmc.studies.running.replicates import added_values, read_state, second_stage
 
     study = load_study(path)
     if study.replicates is not None and Path(root).is_dir():  # its second stage, once decided

@@ -19,10 +19,10 @@ added model repeats one of the pilot's:
 
 Once the pilot's jobs are done, ``lmc study run`` evaluates every claim on them and adds the
 values the claims need for 80 % power at the pilot's mean and spread
-(:func:`lmc.studies.inference.stage_replicates`; the most any claim needs, within the budget),
+(:func:`lmc.studies.claims.inference.stage_replicates`; the most any claim needs, within the budget),
 written to ``replicates.json`` in the study folder, then runs their
 jobs. A claim over both stages is decided by the inverse-normal combination of the two stages'
-own t tests (:func:`lmc.studies.inference.two_stage_verdict`; Lehmacher and Wassmer 1999), an
+own t tests (:func:`lmc.studies.claims.inference.two_stage_verdict`; Lehmacher and Wassmer 1999), an
 adaptive design whose error on null data stays at 5 % although the second stage's size depends
 on the pilot (``benchmarks/calibration.py``: ``false_verdict_rate_auto``); a plain t test over
 both stages would not. Claims whose estimate is not a mean over replicates (``fit``,
@@ -38,8 +38,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lmc.studies.schema import SEED_KEY, Replicates, Study, StudyError
-from lmc.studies.verdicts import PILOT_ONLY
+from lmc.studies.claims.verdicts import PILOT_ONLY
+from lmc.studies.spec.schema import SEED_KEY, Replicates, Study, StudyError
 
 STATE = "replicates.json"
 
@@ -200,11 +200,11 @@ def pilot_replicates(root: str | Path) -> list[int] | None:
 def second_stage(study: Study, root: str | Path, log: Callable[[str], None]) -> list[int]:
     """Decide the second stage of a ``replicates: auto`` study whose pilot ran in ``root``: the
     values of its key to add (possibly none), written to ``replicates.json``."""
-    from lmc.studies.claims import parse_study_claims
-    from lmc.studies.inference import stage_replicates
-    from lmc.studies.results import results
-    from lmc.studies.store import read_plan
-    from lmc.studies.verdicts import evaluate_claims
+    from lmc.studies.claims.declared import parse_study_claims
+    from lmc.studies.claims.inference import stage_replicates
+    from lmc.studies.claims.verdicts import evaluate_claims
+    from lmc.studies.reporting.results import results
+    from lmc.studies.running.store import read_plan
 
     spec = study.replicates
     assert spec is not None

@@ -5,7 +5,7 @@ hash and the datasets' hashes), from which anyone recomputes every verdict.
 ``export_evidence(root, csv_path)`` writes ``<name>.csv`` and ``<name>.json`` from a study
 folder; ``recompute(csv_path, study_file)`` reads them back, checks the table against the hash
 its provenance records and the study file against the one that ran, and evaluates the study
-file's claims on the table (:mod:`lmc.studies.verdicts`): a verdict is never read back, it is
+file's claims on the table (:mod:`lmc.studies.claims.verdicts`): a verdict is never read back, it is
 computed again. The table's columns: ``stage``, ``job``, the coordinate keys, ``endpoints``
 (the models each value was measured on), ``metric``, ``value``; the rows: the jobs of every
 stage a claim reads, the metrics it reads.
@@ -24,9 +24,9 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from lmc.studies.claims import parse_study_claims
-from lmc.studies.schema import StudyError
-from lmc.studies.store import lmc_commit, run_commits
+from lmc.studies.claims.declared import parse_study_claims
+from lmc.studies.running.store import lmc_commit, run_commits
+from lmc.studies.spec.schema import StudyError
 
 SCHEMA = "lmc.evidence"
 VERSION = 1
@@ -67,7 +67,7 @@ def _datasets(root: Path, plan: list[Mapping[str, Any]]) -> dict[str, dict[str, 
     import os
 
     from lmc.engine.moved import class_named
-    from lmc.studies.store import StudyStore
+    from lmc.studies.running.store import StudyStore
 
     store = StudyStore(root)
     names: set[str] = set()
@@ -110,10 +110,10 @@ def export_evidence(
         StudyError: ``root`` is no study folder, its study file declares no claims, or it is
             not the study ``study_file`` describes (their run parts differ).
     """
-    from lmc.studies.aggregate import job_table
-    from lmc.studies.replicates import read_state
-    from lmc.studies.results import results
-    from lmc.studies.store import read_plan, read_study_copy, study_folder
+    from lmc.studies.reporting.aggregate import job_table
+    from lmc.studies.reporting.results import results
+    from lmc.studies.running.replicates import read_state
+    from lmc.studies.running.store import read_plan, read_study_copy, study_folder
 
     root = study_folder(root)
     text = read_study_copy(root)
@@ -213,7 +213,7 @@ def read_evidence(csv_path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
 
 def _plan_of(table: pd.DataFrame) -> list[dict[str, Any]]:
     """Each job of the table with its coordinates (the columns between ``job`` and
-    ``endpoints`` that the job has), as :func:`lmc.studies.claims.plan_values` reads a plan."""
+    ``endpoints`` that the job has), as :func:`lmc.studies.claims.declared.plan_values` reads a plan."""
     columns = list(table.columns)
     coords = columns[columns.index("job") + 1 : columns.index("endpoints")]
     plan = []
@@ -242,7 +242,7 @@ def recompute(csv_path: str | Path, study_file: str | Path) -> list[Any]:
         StudyError: the table does not match its provenance, or the study file's train/evaluate
             parts are not those that ran (naming the study and the file).
     """
-    from lmc.studies.verdicts import evaluate_claims
+    from lmc.studies.claims.verdicts import evaluate_claims
 
     table, provenance = read_evidence(csv_path)
     text = Path(study_file).read_text()

@@ -22,7 +22,7 @@ import yaml
 
 from lmc.interpolation.barrier import NORMALIZED_MIN_LOSS
 from lmc.io import atomic_write
-from lmc.studies.store import git_commit, read_plan, read_study_copy, study_folder
+from lmc.studies.running.store import git_commit, read_plan, read_study_copy, study_folder
 
 REPORT_DIR = "report"
 _NO_FIGURE = "No figure (none declared under figures: in the study file, or no job done)."
@@ -156,8 +156,8 @@ def _grid(plan: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _figure_specs(text: str) -> tuple[Any, ...]:
-    from lmc.studies.aggregate import stage_keys
-    from lmc.studies.figure_spec import parse_figures
+    from lmc.studies.reporting.aggregate import stage_keys
+    from lmc.studies.reporting.figure_spec import parse_figures
 
     data = yaml.safe_load(text) or {}
     return parse_figures(data["figures"], stage_keys(data)) if data.get("figures") else ()
@@ -194,7 +194,7 @@ def summary_sections(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     by metric, the stage's own coordinates as columns (the keys its jobs vary; a key none of
     them has is left out), and the counts of excluded, failed or missing values only where
     that stage has any."""
-    from lmc.studies.aggregate import STAT_COLUMNS
+    from lmc.studies.reporting.aggregate import STAT_COLUMNS
 
     if summary.empty:
         return []
@@ -229,8 +229,8 @@ def write_report(root: str | Path, out: str | Path | None = None) -> Report:
             metric no done job of its stage has (listing the available ones), before anything
             is drawn or written.
     """
-    from lmc.studies import aggregate
-    from lmc.studies.figures import render_figures
+    from lmc.studies.reporting import aggregate
+    from lmc.studies.reporting.figures import render_figures
 
     root = study_folder(root)
     out = Path(out) if out is not None else root / REPORT_DIR
@@ -250,7 +250,7 @@ def write_report(root: str | Path, out: str | Path | None = None) -> Report:
         figures = render_figures(  # checks metrics first
             specs, None, out / "figures", tidy=frames["results"], series=frames["series"]
         )
-    from lmc.studies.replicates import pilot_replicates
+    from lmc.studies.running.replicates import pilot_replicates
 
     pilot = pilot_replicates(root)
     claims = _claims(text, plan, frames["results"], pilot) if done else pd.DataFrame()
@@ -349,8 +349,8 @@ _CLAIM_COLUMNS += ["lmc_setting", "detail"]
 def _claims(
     text: str, plan: list[dict[str, Any]], tidy: pd.DataFrame, pilot: list[Any] | None = None
 ) -> pd.DataFrame:
-    """The study file's claims evaluated on the results (:mod:`lmc.studies.verdicts`)."""
-    from lmc.studies.verdicts import evaluate_study_claims
+    """The study file's claims evaluated on the results (:mod:`lmc.studies.claims.verdicts`)."""
+    from lmc.studies.claims.verdicts import evaluate_study_claims
 
     rows = [r.as_dict() for r in evaluate_study_claims(text, plan, tidy, pilot)]
     return pd.DataFrame(rows)[_CLAIM_COLUMNS] if rows else pd.DataFrame()

@@ -2,9 +2,9 @@
 
 Each claim is the paper's statement as a comparison or a trend over the study's metrics, with
 where it comes from and, where the paper gives one in the study's own units, the paper's effect.
-:mod:`lmc.studies.verdicts` evaluates every claim over the independent replicates (seeds,
+:mod:`lmc.studies.claims.verdicts` evaluates every claim over the independent replicates (seeds,
 pairs, trials: those whose models are disjoint) with a 95 % Student-t interval
-(:mod:`lmc.studies.inference`) and gives a verdict:
+(:mod:`lmc.studies.claims.inference`) and gives a verdict:
 
 * ``reproduced``: the interval excludes 0 on the side the paper states, and does not lie below
   the paper's ``effect`` (where one is given and the study can reach it);
@@ -18,7 +18,7 @@ pairs, trials: those whose models are disjoint) with a 95 % Student-t interval
 
 Tests (``test:``), each over cells of one stage, a cell being a value of every coordinate key
 of the stage but the replicate axis (``replicate``, default the stage's, see
-:func:`lmc.studies.aggregate.seed_keys`):
+:func:`lmc.studies.reporting.aggregate.seed_keys`):
 
 ``equivalent``
     ``a`` and ``b`` equal within ``margin`` (a number in the metric's units, or relative:
@@ -70,7 +70,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lmc.studies.schema import NAME_PATTERN, Study, StudyError
+from lmc.studies.spec.schema import NAME_PATTERN, Study, StudyError
 
 TESTS = ("difference", "equivalent", "ordering", "trend", "fit")
 EXPECT = {
@@ -86,7 +86,7 @@ SCALES = ("raw", "log")
 #: metrics that are never below 0 (``fnmatch`` patterns): losses, barriers, accuracies,
 #: distances, norms, ratios. ``scale: log`` is for these only (a barrier of exactly 0 is left
 #: out of a log-scale claim and counted), and an absolute fall larger than such a metric's
-#: starting value is out of reach (:func:`lmc.studies.inference.reachable`).
+#: starting value is out of reach (:func:`lmc.studies.claims.inference.reachable`).
 NONNEGATIVE = (
     "*loss*",
     "*barrier*",
@@ -243,7 +243,7 @@ def stage_values(study: Study) -> dict[str, dict[str, list[Any]]]:
 
 
 def _jobs(study: Study) -> list[dict[str, Any]]:
-    from lmc.studies.plan import plan
+    from lmc.studies.running.plan import plan
 
     return [job.to_json() for job in plan(study)]
 
@@ -252,7 +252,7 @@ def plan_ties(plan: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, set[str]
     """Per stage, the keys each coordinate key determines: ``b`` is tied to ``a`` when every
     job of the stage with one value of ``a`` has one value of ``b`` (a zipped learning rate is
     tied to the width it goes with)."""
-    from lmc.studies.aggregate import cell_key
+    from lmc.studies.reporting.aggregate import cell_key
 
     by_stage: dict[str, list[Mapping[str, Any]]] = {}
     for job in plan:
@@ -289,7 +289,7 @@ def plan_values(plan: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, list[A
 
 
 def default_replicate(study: Any, stage: str) -> str | None:
-    from lmc.studies.aggregate import seed_keys
+    from lmc.studies.reporting.aggregate import seed_keys
 
     keys = seed_keys(study, stage)
     return keys[0] if keys else None
@@ -342,7 +342,7 @@ def _where(
 
 def same_value(a: Any, b: Any) -> bool:
     """Whether two coordinate values are equal as cells see them (``4 == 4.0``)."""
-    from lmc.studies.aggregate import cell_key
+    from lmc.studies.reporting.aggregate import cell_key
 
     return cell_key(a) == cell_key(b)
 
@@ -359,7 +359,7 @@ def parse_claims(
     Args:
         value: the ``claims:`` list.
         study: the :class:`Study`, or (with ``values``) a study file's plain YAML or a study
-            folder (:func:`lmc.studies.aggregate.seed_keys` reads its replicate axes).
+            folder (:func:`lmc.studies.reporting.aggregate.seed_keys` reads its replicate axes).
         values: every stage's coordinate values (:func:`plan_values`); default
             :func:`stage_values` of ``study``.
         ties: the keys each key determines per stage (:func:`plan_ties`); default those of
@@ -458,7 +458,7 @@ def _claim(
             raise StudyError(f"{where_at} needs a metric (a name the stage's jobs report)")
         replicate = raw.get("replicate") or default_replicate(study, stage)
         free = {replicate} if replicate else set()
-        from lmc.studies.aggregate import seed_keys
+        from lmc.studies.reporting.aggregate import seed_keys
 
         free |= set(seed_keys(study, stage)) | free_extra
         merged = {**dict(raw.get("where") or {}), **dict(spec.get("where") or {})}

@@ -23,9 +23,9 @@ from scipy import stats
 from lmc.io import atomic_path
 from lmc.results import read_record
 from lmc.results.record import RECORD_FILE
-from lmc.studies.results import results
-from lmc.studies.schema import PARENT_PREFIX, SPAWN_EPOCH, TRAIN_STAGE, Study, StudyError
-from lmc.studies.store import STUDY_FILE, StudyStore
+from lmc.studies.reporting.results import results
+from lmc.studies.running.store import STUDY_FILE, StudyStore
+from lmc.studies.spec.schema import PARENT_PREFIX, SPAWN_EPOCH, TRAIN_STAGE, Study, StudyError
 
 SEED_KEY = "seed_everything"
 STAT_COLUMNS = ("n", "n_nonfinite", "mean", "std", "ci_low", "ci_high")
@@ -53,7 +53,7 @@ def _frame(rows: list[dict[str, Any]], columns: list[str], coords: list[str]) ->
 def job_table(root: str | Path) -> pd.DataFrame:
     """One row per planned job of the study folder ``root``: ``stage``, ``job``, every
     coordinate key, ``status`` (done, failed, running: begun while a live process holds the
-    folder's lock, else pending, as :func:`lmc.studies.store.status` counts), ``error`` (of a
+    folder's lock, else pending, as :func:`lmc.studies.running.store.status` counts), ``error`` (of a
     failed job, else ``None``), ``seconds`` (NaN when not recorded), ``started``, ``finished``.
     """
     store = StudyStore(root)
@@ -181,7 +181,7 @@ def summarize(
     values stay as given (a list stays a list).
 
     Args:
-        table: a tidy table (:func:`lmc.studies.results.results`, :func:`series_table`).
+        table: a tidy table (:func:`lmc.studies.reporting.results.results`, :func:`series_table`).
         by: the columns that make a cell besides ``metric`` (and ``stage``).
         jobs: a :func:`job_table`; adds ``n_failed`` and ``n_missing``: the jobs of the cell's
             stage (of any stage when ``table`` has none) with its ``by`` values that failed, or

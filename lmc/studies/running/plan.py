@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 
 from lmc.io import spawn_point
-from lmc.studies.keys import cli_value, config_args, has_key
-from lmc.studies.schema import (
+from lmc.studies.spec.keys import cli_value, config_args, has_key
+from lmc.studies.spec.schema import (
     PARENT_PREFIX,
     SEED_KEY,
     SPAWN_EPOCH,
@@ -180,8 +180,8 @@ def plan(study: Study, resolved: Mapping[str, Mapping[str, Any]] | None = None) 
     """The study's jobs in run order: the train jobs, then each evaluate stage's.
 
     Args:
-        study: the checked study (:func:`lmc.studies.schema.load_study`).
-        resolved: the resolved base config per stage (:func:`lmc.studies.check.check_study`);
+        study: the checked study (:func:`lmc.studies.spec.schema.load_study`).
+        resolved: the resolved base config per stage (:func:`lmc.studies.spec.check.check_study`);
             decides which shared coordinates an evaluate job passes on. Without it, all of
             them are passed.
     """

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from lmc.io import atomic_write, is_temporary
-from lmc.studies.plan import Job
-from lmc.studies.schema import Study, StudyError
+from lmc.studies.running.plan import Job
+from lmc.studies.spec.schema import Study, StudyError
 
 JOB_FILE = "job.json"
 PLAN_FILE = "plan.json"

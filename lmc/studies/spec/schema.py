@@ -1,5 +1,5 @@
 """The study file: a grid of ``lmc fit`` trainings and evaluation stages over them, as the
-dataclasses here; :func:`lmc.studies.load.load_study` reads a file into them, checked key by key,
+dataclasses here; :func:`lmc.studies.spec.load.load_study` reads a file into them, checked key by key,
 so a wrong key or type stops the study before any job runs.
 
 Layout (paths relative to the study file)::
@@ -33,9 +33,9 @@ Layout (paths relative to the study file)::
                                                     # barrier stage (chord | abs_chord), passed
                                                     # as --model.init_args.barrier
     claims: [...]                                   # optional: the paper's claims, evaluated by
-                                                    # the report (lmc.studies.claims)
+                                                    # the report (lmc.studies.claims.declared)
     replicates: {auto: true, budget: 40}            # optional: the grid's seeds are a pilot; then
-                                                    # the seeds the claims need (lmc.studies.replicates)
+                                                    # the seeds the claims need (lmc.studies.running.replicates)
     figures:                                        # optional: the report's figures
       - {name: barrier_vs_width, kind: line, stage: barrier,
          x: model.init_args.net.init_args.width, y: [barrier_loss_matched, barrier_loss_naive]}
@@ -232,7 +232,7 @@ class TrainStage:
     zip: tuple[tuple[str, ...], ...] = ()
     args: tuple[str, ...] = ()
     #: train the seeds of each point of the other keys as one ``lmc fit --population`` run:
-    #: ``True``, ``False`` or :data:`AUTO` (decided before planning: ``lmc.studies.auto_population``)
+    #: ``True``, ``False`` or :data:`AUTO` (decided before planning: ``lmc.studies.running.auto_population``)
     population: bool | str = AUTO
     #: ``fit`` (train: the models the other stages select) or ``validate`` (each job measures
     #: on its own and leaves no model to select, e.g. FedMA, which trains its own clients)
@@ -282,7 +282,7 @@ class SpawnStage:
 class Replicates:
     """``replicates: {auto: true, budget: N}``: the train grid's values of ``key`` are a pilot;
     once they ran, the study adds the values its claims need at 80 % power, up to ``budget``
-    values in all, and decides each claim by a two-stage test (:mod:`lmc.studies.replicates`)."""
+    values in all, and decides each claim by a two-stage test (:mod:`lmc.studies.running.replicates`)."""
 
     key: str
     budget: int
@@ -303,12 +303,12 @@ class Study:
     text: str
     executor: Executor = field(default_factory=Executor)
     spawn: tuple[SpawnStage, ...] = ()
-    #: the report's figures (:class:`lmc.studies.figure_spec.FigureSpec`)
+    #: the report's figures (:class:`lmc.studies.reporting.figure_spec.FigureSpec`)
     figures: tuple[Any, ...] = ()
     #: the barrier definition every barrier stage reports (``chord`` or ``abs_chord``), or
     #: ``None``: each stage config's own (the task's default is ``chord``)
     barrier: str | None = None
-    #: the paper's claims (:class:`lmc.studies.claims.Claim`), evaluated by the report
+    #: the paper's claims (:class:`lmc.studies.claims.declared.Claim`), evaluated by the report
     claims: tuple[Any, ...] = ()
     #: ``replicates: auto``: the pilot and the budget, or ``None``
     replicates: Replicates | None = None

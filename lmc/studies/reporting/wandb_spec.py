@@ -1,5 +1,5 @@
-"""The W&B Report of a study as a spec (step 1 of :mod:`lmc.studies.wandb_report`): the study
-folder (``plan.json``, ``study.yaml``), its figures (:class:`lmc.studies.figure_spec.FigureSpec`)
+"""The W&B Report of a study as a spec (step 1 of :mod:`lmc.studies.reporting.wandb_report`): the study
+folder (``plan.json``, ``study.yaml``), its figures (:class:`lmc.studies.reporting.figure_spec.FigureSpec`)
 and its summary tables as a plain, versioned, JSON-able dict (:func:`report_spec`), stored as
 ``report/wandb_report.json`` (:func:`write_spec` / :func:`read_spec`). Standard library only.
 
@@ -24,21 +24,21 @@ from typing import Any
 import yaml
 
 from lmc.io import atomic_write
-from lmc.studies.figure_spec import FIGURE_KINDS
-from lmc.studies.schema import (
-    EVALUATE_KINDS,
-    PARENT_PREFIX,
-    SPAWN_EPOCH,
-    TRAIN_STAGE,
-    StudyError,
-)
-from lmc.studies.store import (
+from lmc.studies.reporting.figure_spec import FIGURE_KINDS
+from lmc.studies.running.store import (
     PLAN_FILE,
     STUDY_FILE,
     StudyStore,
     read_plan,
     read_study_copy,
     study_folder,
+)
+from lmc.studies.spec.schema import (
+    EVALUATE_KINDS,
+    PARENT_PREFIX,
+    SPAWN_EPOCH,
+    TRAIN_STAGE,
+    StudyError,
 )
 
 SCHEMA = "lmc.wandb_report"
@@ -48,7 +48,7 @@ SPEC_FILE = "wandb_report.json"
 #: the command that writes (and uploads) the spec, named in errors
 COMMAND = "lmc study report DIR --wandb ENTITY/PROJECT"
 #: the W&B summary prefix of the metrics an evaluate stage's task logs, by stage kind
-#: (:class:`lmc.studies.schema.StageKind`), where no done job's run record says which it used
+#: (:class:`lmc.studies.spec.schema.StageKind`), where no done job's run record says which it used
 #: (``logged_as``)
 EVALUATE_PREFIX = {name: kind.prefix for name, kind in EVALUATE_KINDS.items()}
 #: the config entry a study job logs its study, stage, id and coordinates in
@@ -304,7 +304,7 @@ def report_spec(
     Args:
         root: the study folder (``plan.json``, ``study.yaml``).
         figures: the figures (objects with the fields of
-            :class:`lmc.studies.figure_spec.FigureSpec`), each one report section.
+            :class:`lmc.studies.reporting.figure_spec.FigureSpec`), each one report section.
         summary_tables: name -> rows (dicts column -> value), shown as markdown tables.
 
     Raises:

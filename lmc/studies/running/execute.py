@@ -20,9 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from lmc.studies.plan import MEMBER, Job, job_args
-from lmc.studies.schema import SEED_KEY
-from lmc.studies.store import StudyStore
+from lmc.studies.running.plan import MEMBER, Job, job_args
+from lmc.studies.running.store import StudyStore
+from lmc.studies.spec.schema import SEED_KEY
 
 LOG_FILE = "job.log"
 POPULATION_DIR = "population"  # a leader job's population run, beside its member's run folder

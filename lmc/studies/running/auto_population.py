@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from lmc.studies.keys import config_args
-from lmc.studies.plan import coord_args, seed_groups
-from lmc.studies.schema import AUTO, SEED_KEY, Study, StudyError
+from lmc.studies.running.plan import coord_args, seed_groups
+from lmc.studies.spec.keys import config_args
+from lmc.studies.spec.schema import AUTO, SEED_KEY, Study, StudyError
 
 #: ``lmc fit <args> --population [seeds]`` built and checked (no training): ``None`` if it
 #: would train, else why not

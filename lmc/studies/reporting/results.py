@@ -13,7 +13,7 @@ import pandas as pd
 
 from lmc.results import read_record
 from lmc.results.record import json_pointer
-from lmc.studies.store import StudyStore
+from lmc.studies.running.store import StudyStore
 
 _NOT_METRICS = {"epoch", "step"}
 
@@ -66,7 +66,7 @@ def endpoints(job: dict[str, Any]) -> str:
     """The models a job's metrics were measured on, as space-separated job ids: an evaluate
     job's inputs (the trained models it selects), else the job itself (a training, a member of
     a population, a spawned child). Two replicates that share one are not independent
-    (:mod:`lmc.studies.verdicts`)."""
+    (:mod:`lmc.studies.claims.verdicts`)."""
     if job.get("inputs") and job.get("spawn_epoch") is None and job.get("command") != "member":
         return " ".join(job["inputs"])
     return str(job["id"])

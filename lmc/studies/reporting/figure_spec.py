@@ -1,6 +1,6 @@
 """A study's figures as declared: the ``figures:`` entries of a study file parsed and checked
 when it is read (:func:`parse_figures`), and against the done jobs' metrics before drawing
-(:func:`check_metrics`); the fits a scatter figure may draw. :mod:`lmc.studies.figures` draws
+(:func:`check_metrics`); the fits a scatter figure may draw. :mod:`lmc.studies.reporting.figures` draws
 them.
 
 Kinds: ``line`` (a metric's mean over replicates vs a coordinate, 95 % t-interval band),
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lmc.studies.schema import NAME_PATTERN, StudyError
+from lmc.studies.spec.schema import NAME_PATTERN, StudyError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 class FigureKind:
     """A kind of report figure, in one place: the keys its study-file entry needs and may
     take, whether it plots one y only, and its renderers, registered by the modules that draw:
-    ``matplotlib`` (:mod:`lmc.studies.figures`: the report's PNG/PDF/SVG) and ``wandb``
-    (:mod:`lmc.studies.wandb_spec`: the W&B Report panel)."""
+    ``matplotlib`` (:mod:`lmc.studies.reporting.figures`: the report's PNG/PDF/SVG) and ``wandb``
+    (:mod:`lmc.studies.reporting.wandb_spec`: the W&B Report panel)."""
 
     name: str
     required: tuple[str, ...]
@@ -58,7 +58,10 @@ class FigureKind:
 
 
 #: renderer name -> the module that registers it for every kind
-RENDERER_MODULES = {"matplotlib": "lmc.studies.figures", "wandb": "lmc.studies.wandb_spec"}
+RENDERER_MODULES = {
+    "matplotlib": "lmc.studies.reporting.figures",
+    "wandb": "lmc.studies.reporting.wandb_spec",
+}
 #: kind name -> :class:`FigureKind`; a new kind is one entry here and one renderer per module
 FIGURE_KINDS: dict[str, FigureKind] = {
     k.name: k
@@ -80,7 +83,7 @@ NO_JOB = "no done job of stage {!r}"
 @dataclass(frozen=True)
 class FigureSpec:
     """One figure of a study's report (see the module docstring and the study file layout in
-    :mod:`lmc.studies.schema`)."""
+    :mod:`lmc.studies.spec.schema`)."""
 
     name: str
     kind: str
@@ -256,7 +259,7 @@ def parse_figures(raw: Any, stages: Mapping[str, Collection[str]]) -> tuple[Figu
     Args:
         raw: the list as read from YAML (``None``: no figures).
         stages: stage name -> its coordinate keys (``Study.stage_keys()``,
-            :func:`lmc.studies.aggregate.stage_keys`).
+            :func:`lmc.studies.reporting.aggregate.stage_keys`).
 
     Raises:
         StudyError: naming the figure, the key and the valid values: an unknown key, kind,
@@ -295,8 +298,8 @@ def check_metrics(
     not checked: it is drawn empty, with a note, beside the report's failed jobs.
 
     Args:
-        tidy: the study's tidy table (:func:`lmc.studies.results.results`).
-        series: its series (:func:`lmc.studies.aggregate.series_table`).
+        tidy: the study's tidy table (:func:`lmc.studies.reporting.results.results`).
+        series: its series (:func:`lmc.studies.reporting.aggregate.series_table`).
 
     Raises:
         StudyError: naming the figure and the missing metric, and listing the available ones.

@@ -1,7 +1,7 @@
 """Where a study's jobs run: in the study's own process, in a pool of warm local worker
 processes, or through submitit (SLURM, or its local executor). Each returns, per submitted job,
 a handle with ``done()`` and ``result()`` (the job's record); the scheduler in
-:mod:`lmc.studies.run` decides what to submit when."""
+:mod:`lmc.studies.running.run` decides what to submit when."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from lmc.studies.execute import Runner, execute_job
-from lmc.studies.plan import Job
-from lmc.studies.schema import StudyError
+from lmc.studies.running.execute import Runner, execute_job
+from lmc.studies.running.plan import Job
+from lmc.studies.spec.schema import StudyError
 
 EXECUTORS = ("local", "submitit")
 

@@ -5,7 +5,7 @@ panels over those runs, its summary tables and the study file.
 Two steps, so that a machine without a connection still gets everything short of the upload:
 
 1. :func:`report_spec` turns the study folder (``plan.json``, ``study.yaml``), its figures
-   (:class:`lmc.studies.figure_spec.FigureSpec`) and its summary tables into a plain, versioned,
+   (:class:`lmc.studies.reporting.figure_spec.FigureSpec`) and its summary tables into a plain, versioned,
    JSON-able dict; :func:`write_spec` / :func:`read_spec` store it (``report/wandb_report.json``).
 2. :func:`build_report` makes the ``wandb_workspaces.reports.v2.Report`` of a spec for an entity
    and project without saving it; :func:`publish` saves it (the library looks the project up
@@ -36,7 +36,7 @@ curve         ``MediaBrowser`` of the stage's runs' own figure images (``<prefix
 ``references`` (paper values) and ``fit`` cannot be drawn on them: each figure's note says so;
 ``report.html`` has the exact figures.
 
-Keys (:mod:`lmc.studies.wandb_spec`): a coordinate of a training stage (``train`` or a spawn stage) is the config key itself
+Keys (:mod:`lmc.studies.reporting.wandb_spec`): a coordinate of a training stage (``train`` or a spawn stage) is the config key itself
 (nested config, so ``model.init_args.net.init_args.width`` is ``Config("model.init_args.net
 .init_args.width")``); any other coordinate (every coordinate of an evaluate stage, whose
 ``lmc validate`` config need not hold it, ``spawn_epoch``, ``parent:<key>``) is read from the
@@ -62,9 +62,7 @@ from typing import Any
 
 import yaml
 
-from lmc.studies.schema import StudyError
-from lmc.studies.store import StudyStore, read_plan, study_folder
-from lmc.studies.wandb_spec import (
+from lmc.studies.reporting.wandb_spec import (
     COMMAND,
     SPEC_FILE,
     check_spec,
@@ -73,6 +71,8 @@ from lmc.studies.wandb_spec import (
     spec_path,
     write_spec,
 )
+from lmc.studies.running.store import StudyStore, read_plan, study_folder
+from lmc.studies.spec.schema import StudyError
 
 __all__ = [  # the spec's API too, so that one module serves ``lmc study report --wandb``
     "SPEC_FILE",
@@ -377,7 +377,7 @@ def logged_to_wandb(root: str | Path) -> bool:
 
 def publish_or_save(root: str | Path, report: Any, target: str) -> str:
     """The ``--wandb`` step of ``lmc study report``: write the spec of the study folder
-    ``root``'s report (``report``: what :func:`lmc.studies.report.write_report` returned: the
+    ``root``'s report (``report``: what :func:`lmc.studies.reporting.report.write_report` returned: the
     specs of its figures, its ``summary`` table) beside ``report.html``, then upload it;
     returns the line to print: the URL, or, without a connection, where the spec is and how to
     upload it later.

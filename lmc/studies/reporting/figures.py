@@ -1,6 +1,6 @@
-"""A study's figures drawn: from the study folder's tables (:mod:`lmc.studies.aggregate`)
+"""A study's figures drawn: from the study folder's tables (:mod:`lmc.studies.reporting.aggregate`)
 into PNG, PDF, SVG and the CSV of exactly the plotted data (:func:`render_figures`), each kind
-of :mod:`lmc.studies.figure_spec` as it declares it. pandas and matplotlib are imported here
+of :mod:`lmc.studies.reporting.figure_spec` as it declares it. pandas and matplotlib are imported here
 only when a figure is drawn.
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lmc.io import atomic_path
-from lmc.studies.figure_spec import (
+from lmc.studies.reporting.figure_spec import (
     FIGURE_KINDS,
     FIT_CURVES,
     FIT_LABELS,
@@ -52,8 +52,8 @@ class RenderedFigure:
 
 
 def _key(value: Any) -> Any:
-    """:func:`lmc.studies.aggregate.cell_key` (a hashable stand-in for a coordinate value)."""
-    from lmc.studies.aggregate import cell_key
+    """:func:`lmc.studies.reporting.aggregate.cell_key` (a hashable stand-in for a coordinate value)."""
+    from lmc.studies.reporting.aggregate import cell_key
 
     return cell_key(value)
 
@@ -80,7 +80,7 @@ def _ordered(values: Sequence[Any]) -> list[Any]:
 
 
 def _as_list(value: Any) -> Any:
-    """A tuple-valued coordinate (a merge's members, :func:`lmc.studies.results.results`) as
+    """A tuple-valued coordinate (a merge's members, :func:`lmc.studies.reporting.results.results`) as
     the list the study file and ``plan.json`` write."""
     return [_as_list(v) for v in value] if isinstance(value, tuple) else value
 
@@ -146,9 +146,9 @@ def _line_label(spec: FigureSpec, metric: str, hue: Any) -> str:
 
 
 def _aggregate(spec: FigureSpec, data: pd.DataFrame, x: str) -> pd.DataFrame:
-    """Per (x, hue, metric): :func:`~lmc.studies.aggregate.summarize` of ``data`` with the
+    """Per (x, hue, metric): :func:`~lmc.studies.reporting.aggregate.summarize` of ``data`` with the
     columns renamed to ``x``, ``hue``; the CSV of line, bar and curve figures."""
-    from lmc.studies.aggregate import summarize
+    from lmc.studies.reporting.aggregate import summarize
 
     by = [x, *([spec.hue] if spec.hue else [])]
     summary = summarize(data.drop(columns=["stage"], errors="ignore"), by)
@@ -325,7 +325,7 @@ def _scatter(ax: Axes, spec: FigureSpec, tidy: pd.DataFrame, series: pd.DataFram
 
 
 def _heatmap(ax: Axes, spec: FigureSpec, tidy: pd.DataFrame, series: pd.DataFrame) -> Any:
-    from lmc.studies.aggregate import summarize
+    from lmc.studies.reporting.aggregate import summarize
 
     data = _frame_of(spec, tidy).drop(columns=["stage"], errors="ignore")
     summary = summarize(data, [spec.x, spec.rows])  # type: ignore[list-item]
@@ -452,8 +452,8 @@ def render_figures(
     if not specs:
         return []
     if root is not None:
-        from lmc.studies.aggregate import series_table
-        from lmc.studies.results import results
+        from lmc.studies.reporting.aggregate import series_table
+        from lmc.studies.reporting.results import results
 
         tidy = results(root) if tidy is None else tidy
         series = series_table(root) if series is None else series

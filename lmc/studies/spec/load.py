@@ -1,5 +1,5 @@
 """Reading a study file (:func:`load_study`): its YAML checked key by key into the dataclasses of
-:mod:`lmc.studies.schema` (whose docstring shows the layout), so a wrong key or type stops the
+:mod:`lmc.studies.spec.schema` (whose docstring shows the layout), so a wrong key or type stops the
 study before any job runs; the figures and claims are parsed by their own modules."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from lmc.studies.auto_population import check_population
-from lmc.studies.schema import (
+from lmc.studies.running.auto_population import check_population
+from lmc.studies.spec.schema import (
     ARCHITECTURE_PREFIXES,
     AUTO,
     BARRIER_ARG,
@@ -259,7 +259,7 @@ def _pairs(value: Any, where: str, source: _Source) -> Pairs:
     _check_keys(pairs, where, ("vary",), ("over", "reference"))
     over, vary = _selection_keys(pairs, where, source)
     # by default the pairs are disjoint (independent replicates); a shared reference is asked
-    # for by name, and then only the disjoint pairs count in a claim (lmc.studies.verdicts)
+    # for by name, and then only the disjoint pairs count in a claim (lmc.studies.claims.verdicts)
     reference = pairs.get("reference", CONSECUTIVE)
     if reference == CONSECUTIVE:
         values = list(source.keys[vary])
@@ -421,7 +421,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def load_study(path: str | Path, added: Mapping[str, list[Any]] | None = None) -> Study:
     """Read and check the study file at ``path`` (structure, keys, types, pairs; the grid keys
-    against the base configs are checked by :func:`lmc.studies.check.check_study`); ``added``:
+    against the base configs are checked by :func:`lmc.studies.spec.check.check_study`); ``added``:
     values appended to train grid keys (the second stage of ``replicates: auto``).
 
     Raises:
@@ -498,15 +498,15 @@ def load_study(path: str | Path, added: Mapping[str, list[Any]] | None = None) -
         barrier=barrier,
     )
     if data.get("figures"):
-        from lmc.studies.figure_spec import parse_figures
+        from lmc.studies.reporting.figure_spec import parse_figures
 
         study = replace(study, figures=parse_figures(data["figures"], study.stage_keys()))
     if data.get("claims") is not None:
-        from lmc.studies.claims import parse_claims
+        from lmc.studies.claims.declared import parse_claims
 
         study = replace(study, claims=parse_claims(data["claims"], study))
     if data.get("replicates") is not None:
-        from lmc.studies.replicates import parse_replicates
+        from lmc.studies.running.replicates import parse_replicates
 
         study = replace(study, replicates=parse_replicates(data["replicates"], study, pilot_grid))
     return study

@@ -1,4 +1,4 @@
-"""A study's claims (:mod:`lmc.studies.claims`) evaluated on its results: each claim's estimate
+"""A study's claims (:mod:`lmc.studies.claims.declared`) evaluated on its results: each claim's estimate
 (a difference of two cells, a slope, a peak against the ends, a fit's slope) with its 95 %
 Student-t interval over the replicates, and the verdict (reproduced, contradicted or
 inconclusive, with the replicates that would resolve an inconclusive one)."""
@@ -14,9 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lmc.studies import inference
-from lmc.studies.aggregate import cell_key
-from lmc.studies.claims import (
+from lmc.studies.claims import inference
+from lmc.studies.claims.declared import (
     TEMPLATE,
     Cell,
     Claim,
@@ -25,6 +24,7 @@ from lmc.studies.claims import (
     parse_study_claims,
     same_value,
 )
+from lmc.studies.reporting.aggregate import cell_key
 
 CONFIDENCE = inference.CONFIDENCE
 VERDICTS = ("reproduced", "contradicted", "inconclusive")
@@ -76,7 +76,7 @@ class ClaimResult:
 
 
 def verdict(lo: float, hi: float, sign: int, effect: float | None) -> str:
-    """The verdict of an interval (:func:`lmc.studies.inference.verdict`)."""
+    """The verdict of an interval (:func:`lmc.studies.claims.inference.verdict`)."""
     return inference.verdict(lo, hi, sign, effect)
 
 
@@ -85,7 +85,7 @@ def replicates_needed(
 ) -> float:
     """The replicates that resolve a claim at 80 % power (two-sided 5 %): those that find the
     observed ``estimate``'s distance from 0, or from the paper's ``effect`` if that is farther
-    (:func:`lmc.studies.inference.replicates_needed`)."""
+    (:func:`lmc.studies.claims.inference.replicates_needed`)."""
     if not math.isfinite(estimate):
         return math.nan
     distance = abs(estimate)
@@ -165,7 +165,7 @@ def shared_replicates(claim: Claim, plan: Sequence[Mapping[str, Any]]) -> tuple[
     """``(kept, all)``: how many of the claim's replicates in ``plan`` (``plan.json``'s jobs)
     have disjoint models, of all of them; ``kept < all`` when they share endpoints (a
     reference paired with every other seed), which ``lmc study plan`` warns about."""
-    from lmc.studies.results import endpoints
+    from lmc.studies.reporting.results import endpoints
 
     ends: dict[Any, frozenset[str]] = {}
     for cell in claim.cells:
@@ -225,8 +225,8 @@ def _difference(
 
 def _two_stage(stat: dict[str, Any], keys: list[Any], values: Any, sign: int) -> dict[str, Any]:
     """``stat`` with the replicates' ``values`` (by replicate ``keys``) kept for
-    :mod:`lmc.studies.replicates`, and, in a study whose second stage ran (``replicates:
-    auto``), the verdict of the two-stage test (:func:`lmc.studies.inference.two_stage_verdict`)
+    :mod:`lmc.studies.running.replicates`, and, in a study whose second stage ran (``replicates:
+    auto``), the verdict of the two-stage test (:func:`lmc.studies.claims.inference.two_stage_verdict`)
     in place of the interval's."""
     values = np.asarray(values, dtype=float)
     stat["values"] = values
@@ -586,7 +586,7 @@ _EVALUATE = {
 def evaluate_claims(
     claims: Sequence[Claim], table: pd.DataFrame, pilot: Sequence[Any] | None = None
 ) -> list[ClaimResult]:
-    """Each claim evaluated on a study's tidy results (:func:`lmc.studies.results.results`);
+    """Each claim evaluated on a study's tidy results (:func:`lmc.studies.reporting.results.results`);
     ``pilot``: in a ``replicates: auto`` study, the replicate values of its first stage (a
     claim over both stages is then decided by the two-stage test).
 
@@ -680,7 +680,7 @@ def evaluate_study_claims(
     pilot: Sequence[Any] | None = None,
 ) -> list[ClaimResult]:
     """The claims of the study file ``text`` evaluated on its folder's ``plan`` (``plan.json``'s
-    jobs) and tidy results (:func:`lmc.studies.results.results`); ``[]`` when it declares none.
+    jobs) and tidy results (:func:`lmc.studies.reporting.results.results`); ``[]`` when it declares none.
 
     Raises:
         StudyError: a claim does not fit the study.
@@ -697,9 +697,9 @@ def study_claims(root: Any) -> list[ClaimResult]:
         StudyError: ``root`` is no study folder, or a claim does not fit the study.
     """
 
-    from lmc.studies.replicates import pilot_replicates
-    from lmc.studies.results import results
-    from lmc.studies.store import read_plan, read_study_copy, study_folder
+    from lmc.studies.reporting.results import results
+    from lmc.studies.running.replicates import pilot_replicates
+    from lmc.studies.running.store import read_plan, read_study_copy, study_folder
 
     root = study_folder(root)
     plan = read_plan(root)["jobs"]
