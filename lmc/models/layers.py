@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from torch import nn
+from torch import Tensor, nn
+
+from lmc.models.init import init_weights
 
 Activation = Literal["relu", "gelu", "tanh", "sigmoid", "leaky_relu", "identity"]
 Norm = Literal["batch", "layer", "none"]
@@ -53,3 +55,23 @@ def make_norm1d(norm: str, features: int) -> nn.Module:
     if norm == "none":
         return nn.Identity()
     raise ValueError(f"unknown norm {norm!r}; use one of batch, layer, none")
+
+
+class PooledConvNet(nn.Module):
+    """The end shared by the conv nets (VGG, TinyTen): ``features`` (their conv blocks), global
+    average pooling and a linear ``classifier``, initialised by the model's scheme."""
+
+    def _finish(
+        self, layers: list[nn.Module], channels: int, num_classes: int, init: str, scale: float
+    ) -> None:
+        """Set the blocks, the pool and the classifier over ``channels`` features, then
+        initialise every weight with ``init`` scaled by ``scale``."""
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.flatten = nn.Flatten()
+        self.classifier = nn.Linear(channels, num_classes)
+        self.init_scheme, self.init_scale = init, scale
+        init_weights(self, init, scale)  # type: ignore[arg-type]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.classifier(self.flatten(self.pool(self.features(x))))

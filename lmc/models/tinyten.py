@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import nn
 
-from lmc.models.init import InitScheme, ResettableMixin, init_weights
-from lmc.models.layers import Norm, make_norm2d
+from lmc.models.init import InitScheme, ResettableMixin
+from lmc.models.layers import Norm, PooledConvNet, make_norm2d
 
 # (out channels, kernel, stride, padding) of the eight conv layers; the logits layer is the tenth
 # weight layer after global average pooling.
@@ -21,7 +21,7 @@ TINYTEN_LAYERS = [
 ]
 
 
-class TinyTen(ResettableMixin, nn.Module):
+class TinyTen(ResettableMixin, PooledConvNet):
     """Eight conv-norm-ReLU layers, global average pooling and a linear classifier.
 
     ``features`` is an ``nn.Sequential`` of conv / norm / ReLU triples; ``classifier`` the logits.
@@ -48,12 +48,4 @@ class TinyTen(ResettableMixin, nn.Module):
                 nn.ReLU(),
             ]
             channels = out
-        self.features = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.flatten = nn.Flatten()
-        self.classifier = nn.Linear(channels, num_classes)
-        self.init_scheme, self.init_scale = init, init_scale
-        init_weights(self, init, init_scale)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.classifier(self.flatten(self.pool(self.features(x))))
+        self._finish(layers, channels, num_classes, init, init_scale)

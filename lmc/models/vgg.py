@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from torch import Tensor, nn
+from torch import nn
 
-from lmc.models.init import InitScheme, ResettableMixin, init_weights
-from lmc.models.layers import Norm, make_norm2d
+from lmc.models.init import InitScheme, ResettableMixin
+from lmc.models.layers import Norm, PooledConvNet, make_norm2d
 
 VGG_CONFIGS: dict[int, list[int | str]] = {
     11: [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
@@ -15,7 +15,7 @@ VGG_CONFIGS: dict[int, list[int | str]] = {
 }
 
 
-class VGG(ResettableMixin, nn.Module):
+class VGG(ResettableMixin, PooledConvNet):
     """VGG with 3x3 convs, optional norm, ReLU and 2x2 max-pools, then one linear classifier.
 
     ``features`` is an ``nn.Sequential`` of conv / norm / ReLU / pool modules; the classifier is
@@ -57,12 +57,4 @@ class VGG(ResettableMixin, nn.Module):
             layers.append(make_norm2d(norm, out))
             layers.append(nn.ReLU())
             channels = out
-        self.features = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.flatten = nn.Flatten()
-        self.classifier = nn.Linear(channels, num_classes)
-        self.init_scheme, self.init_scale = init, init_scale
-        init_weights(self, init, init_scale)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.classifier(self.flatten(self.pool(self.features(x))))
+        self._finish(layers, channels, num_classes, init, init_scale)
