@@ -188,6 +188,9 @@ def test_wandb_offline_run_holds_logged_metrics_and_config(tmp_path):
     assert summary["summary"]["test/loss"] < 1.0
     assert summary["config"]["data"]["class_path"] == "lmc.data.TeacherStudentDataModule"
     assert summary["tags"] == ["synthetic", "teacher-student"]
+    # every option once: under model.init_args, not again under the task's bare names
+    assert "width" in summary["config"]["model"]["init_args"]["net"]["init_args"]
+    assert not {"net", "optimizer", "lr_scheduler", "_instantiator"} & set(summary["config"])
 
 
 def test_test_subcommand_from_saved_config_and_checkpoint(tmp_path):

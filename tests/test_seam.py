@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning.pytorch import LightningModule
+from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
@@ -47,6 +47,8 @@ def _instance(owner: type, tmp_path: Path):
         return CSVLogger(str(tmp_path))
     if owner is LightningModule:
         return _Task()
+    if owner is LightningDataModule:
+        return LightningDataModule()
     raise AssertionError(f"no instance recipe for {owner}")
 
 
@@ -159,3 +161,11 @@ def test_a_counted_step_calls_lightnings_step_hooks():
     with seam.counted_step(opt):
         calls.append("step")
     assert calls == ["before", "step", "after"]
+
+
+def test_log_config_only_keeps_the_trainer_from_logging_the_modules_hyperparameters():
+    task, data = _Task(), LightningDataModule()
+    data.save_hyperparameters({"batch_size": 8})  # a data module that saved some
+    assert task._log_hyperparams and data._log_hyperparams  # logged by default
+    seam.log_config_only(task, data, None)  # no data module: nothing to do for it
+    assert not task._log_hyperparams and not data._log_hyperparams

@@ -35,7 +35,7 @@ from lmc.engine.resume import (
     run_of_config,
     same_experiment,
 )
-from lmc.engine.seam import SeamCLI
+from lmc.engine.seam import SeamCLI, log_config_only
 from lmc.io import atomic_write, config_to_save, drop_unserializable, load_checkpoint
 from lmc.tasks.rundir import run_dir
 
@@ -45,6 +45,9 @@ class RunConfigSaver(SaveConfigCallback):
     atomically, and never over an existing one (a resumed run keeps its config)."""
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # the run's config below is the whole config: the task's hyper-parameters once, under
+        # model.init_args, not again under their bare names
+        log_config_only(pl_module, trainer.datamodule)
         if self.already_saved:
             return
         path = run_dir(trainer) / self.config_filename

@@ -21,7 +21,6 @@ from typing import Any
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.core.mixins import hparams_mixin
-from lightning.pytorch.loggers import utilities as logger_utilities
 
 #: ``(owner, name)`` -> the parameters each private function or method is called with here, or
 #: ``None`` for an attribute (of instances, or of a module). The owner is a class or a module.
@@ -46,7 +45,8 @@ PRIVATE_NAMES: dict[tuple[str, str], tuple[str, ...] | None] = {
         "hparams",
         "instantiator",
     ),
-    ("lightning.pytorch.loggers.utilities", "_log_hyperparams"): ("trainer",),
+    ("lightning.pytorch.core.LightningModule", "_log_hyperparams"): None,
+    ("lightning.pytorch.core.LightningDataModule", "_log_hyperparams"): None,
 }
 
 
@@ -160,7 +160,11 @@ def given_hyperparameters_context(hparams: dict[str, Any], instantiator: str) ->
     return hparams_mixin._given_hyperparameters_context(hparams, instantiator)
 
 
-def log_hyperparams(trainer_like: Any) -> None:
-    """What a Trainer logs at fit start (the module's and the data module's hyper-parameters,
-    the graph) to ``trainer_like.loggers``."""
-    logger_utilities._log_hyperparams(trainer_like)
+def log_config_only(*modules: Any) -> None:
+    """Keep the Trainer from logging these modules' saved hyper-parameters at fit start: the
+    CLI logs the whole resolved config (``model``, ``data``, ``trainer``, ...) to the run, and
+    the task's own copy under its bare names (``net``, ``optimizer``, ...) would put every model
+    option in the run's config twice."""
+    for module in modules:
+        if module is not None:
+            module._log_hyperparams = False

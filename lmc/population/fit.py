@@ -19,7 +19,6 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import lightning as L
@@ -33,7 +32,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from lmc.data.base import epoch_order
-from lmc.engine.seam import experiment_started, log_hyperparams
+from lmc.engine.seam import experiment_started
 from lmc.io import atomic_write, config_to_save, load_state
 from lmc.population.build import DirectBuild, same_state
 from lmc.population.checks import (
@@ -387,7 +386,6 @@ class PopulationFit:
                 logger.experiment.finish()
         # the member folders already hold their checkpoints and config: not an old run's logs
         warnings.filterwarnings("ignore", "Experiment logs directory .* exists and is not empty")
-        task, dm = self.tasks[0], self.datamodule
         csv_text: Callable[[int], str] | None = None
         for k, seed in enumerate(self.seeds):
             folder = self.member_dir(seed)
@@ -404,10 +402,8 @@ class PopulationFit:
                     # all (Lightning dumps the whole dict twice a call, key by key first)
                     text = csv_text(seed)
                     atomic_write(path, lambda f, text=text: f.write(text), mode="w")
-                else:  # the CLI's config, then what the twin's Trainer logs at fit start
+                else:  # the CLI's config: all a run logs (lmc.engine.seam.log_config_only)
                     member.log_hyperparams(cfg)
-                    fit = SimpleNamespace(loggers=[member], lightning_module=task, datamodule=dm)
-                    log_hyperparams(fit)
                     if csv:
                         csv_text = member_configs(path.read_text())
                 for step, metrics in self.member_metrics(k):
