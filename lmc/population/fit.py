@@ -305,8 +305,9 @@ class PopulationFit:
         if not callbacks:
             return
         values: dict[str, list[float]] = {}
+        computing = self.population.computing()  # once for all members: masks applied
         for k, task in enumerate(self.tasks):
-            load_state(task.net, self._member_state(k))
+            load_state(task.net, member_state(computing, self.buffers, k))
             sink = MetricSink()
             trainer = MemberTrainer(epoch, step, self.epochs, [sink])
             for cb in callbacks:
@@ -321,11 +322,6 @@ class PopulationFit:
 
     def _callbacks(self) -> list[Any]:
         return list(self.init.trainer.get("callbacks") or [])
-
-    def _member_state(self, k: int) -> dict[str, Tensor]:
-        """Member ``k``'s state dict as its twin's checkpoint holds it (pruned weights folded:
-        ``orig * mask``)."""
-        return member_state(self.population.computing(), self.buffers, k)
 
     def _per_member(self, name: str, values: list[float]) -> dict[str, float]:
         out = {f"member/{k}/{name}": v for k, v in enumerate(values)}
@@ -441,8 +437,10 @@ class PopulationFit:
         # an H100 host, one member after the other), WRITERS members' checkpoints in memory
         with ThreadPoolExecutor(WRITERS, thread_name_prefix="lmc-members") as pool:
             pending: list[Future[None]] = []
+            # as the twins' checkpoints hold them: pruned weights folded (orig * mask), once
+            computing = self.population.computing()
             for k, (seed, task) in enumerate(zip(self.seeds, self.tasks)):
-                load_state(task.net, self._member_state(k))
+                load_state(task.net, member_state(computing, self.buffers, k))
                 ckpt = {
                     "epoch": epoch,
                     "global_step": step,

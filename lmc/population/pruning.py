@@ -63,10 +63,14 @@ class PopulationPruning:
         if missing:
             raise ValueError(f"pruned layers {missing} are not parameters of the population")
         self.masks: Stacked = {}
-        self.rate = 0.0
         self.init: Stacked | None = None
         if callback.strategy == "lottery_ticket":  # the callback's snapshot at fit start
             self.init = {n: t.detach().clone() for n, t in {**params, **buffers}.items()}
+
+    @property
+    def rate(self) -> float:
+        """The rate pruned to so far: the callback's own, which its log reads."""
+        return float(self.callback.rate)
 
     def due(self, epoch: int) -> list[PruneEvent]:
         """The events at the start of ``epoch``."""
@@ -96,7 +100,7 @@ class PopulationPruning:
                     for k in range(len(weight))
                 ]
             )
-        self.rate = self.callback.rate = event.rate
+        self.callback.rate = event.rate
         if event.rewind:
             assert self.init is not None, "the lottery-ticket init is taken at the start"
             for name, value in self.init.items():
