@@ -161,7 +161,7 @@ class ChannelStats:
 
     def update(self, y: Tensor) -> None:
         flat = y.detach().transpose(0, 1).reshape(y.shape[1], -1).double()
-        if self.sum is None:
+        if self.sum is None or self.sumsq is None:  # both set together on the first update
             self.sum, self.sumsq = flat.sum(1), flat.square().sum(1)
         else:
             self.sum += flat.sum(1)
@@ -227,6 +227,8 @@ def reset_bn(
         if s.n == 0:
             raise ValueError("reset_bn got no data: the loader is empty")
         mean, var = s.mean_var(unbiased=True)
+        assert bn.running_mean is not None and bn.running_var is not None
+        assert bn.num_batches_tracked is not None
         bn.running_mean.copy_(mean.to(bn.running_mean))
         bn.running_var.copy_(var.to(bn.running_var))
         bn.num_batches_tracked.zero_()

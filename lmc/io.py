@@ -382,9 +382,11 @@ def config_to_save(text: str) -> str:
     loggers = trainer.get("logger")
     for logger in loggers if isinstance(loggers, list) else [loggers]:
         init = logger.get("init_args") if isinstance(logger, dict) else None
-        save_dir = init.get("save_dir") if isinstance(init, dict) else None
+        if not isinstance(init, dict):
+            continue
+        save_dir = init.get("save_dir")
         if isinstance(save_dir, str) and os.path.abspath(save_dir) == root:
             init["save_dir"] = None
-        if isinstance(init, dict) and init.get("id") is not None and init.get("resume"):
+        if init.get("id") is not None and init.get("resume"):
             init["id"] = init["resume"] = None  # never write into the resumed run again
     return yaml.safe_dump(cfg, sort_keys=False)

@@ -60,7 +60,7 @@ def rademacher_probe(num_params: int, generator: torch.Generator) -> Tensor:
 
 
 def _probes(
-    params: list[Tensor], num_probes: int, seed: int, weighted: bool
+    params: Sequence[Tensor], num_probes: int, seed: int, weighted: bool
 ) -> Iterator[list[Tensor]]:
     gen = torch.Generator().manual_seed(seed)
     sizes = [p.numel() for p in params]

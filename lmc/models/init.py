@@ -5,7 +5,7 @@ Lemma 8; the overlap of such minima is measured by :mod:`lmc.metrics.overlap`)."
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -66,12 +66,13 @@ def reinitialize(module: nn.Module, seed: int) -> nn.Module:
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        if hasattr(module, "reset_parameters"):
-            module.reset_parameters()
+        reset = getattr(module, "reset_parameters", None)
+        if reset is not None:
+            reset()
         else:
             for m in module.modules():
-                if m is not module and hasattr(m, "reset_parameters"):
-                    m.reset_parameters()
+                if m is not module and (reset := getattr(m, "reset_parameters", None)) is not None:
+                    reset()
     return module
 
 
@@ -83,10 +84,11 @@ class ResettableMixin:
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        for m in self.modules():  # type: ignore[attr-defined]
-            if m is not self and hasattr(m, "reset_parameters"):
-                m.reset_parameters()
-        init_weights(self, self.init_scheme, self.init_scale)  # type: ignore[arg-type]
+        module = cast(nn.Module, self)  # mixed into an nn.Module
+        for m in module.modules():
+            if m is not self and (reset := getattr(m, "reset_parameters", None)) is not None:
+                reset()
+        init_weights(module, self.init_scheme, self.init_scale)
 
 
 def free_neurons(width: int, num_types: int) -> int:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from torch import Tensor, nn
 
-from lmc.models.init import init_weights
+from lmc.models.init import InitScheme, init_weights
 
 Activation = Literal["relu", "gelu", "tanh", "sigmoid", "leaky_relu", "identity"]
 Norm = Literal["batch", "layer", "none"]
@@ -62,7 +62,12 @@ class PooledConvNet(nn.Module):
     average pooling and a linear ``classifier``, initialised by the model's scheme."""
 
     def _finish(
-        self, layers: list[nn.Module], channels: int, num_classes: int, init: str, scale: float
+        self,
+        layers: list[nn.Module],
+        channels: int,
+        num_classes: int,
+        init: InitScheme,
+        scale: float,
     ) -> None:
         """Set the blocks, the pool and the classifier over ``channels`` features, then
         initialise every weight with ``init`` scaled by ``scale``."""
@@ -71,7 +76,7 @@ class PooledConvNet(nn.Module):
         self.flatten = nn.Flatten()
         self.classifier = nn.Linear(channels, num_classes)
         self.init_scheme, self.init_scale = init, scale
-        init_weights(self, init, scale)  # type: ignore[arg-type]
+        init_weights(self, init, scale)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.classifier(self.flatten(self.pool(self.features(x))))

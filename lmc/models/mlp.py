@@ -127,6 +127,7 @@ class TwoLayerReLU(nn.Module):
         zero bias, output weights 1 (003 B.1)."""
         if self.init == "manifold":
             w = self.hidden.weight
+            assert self.teacher_width is not None  # checked in __init__ for init="manifold"
             w.copy_(sample_minimum(w.shape[0], self.teacher_width, w.shape[1], dtype=w.dtype))
         else:
             nn.init.normal_(self.hidden.weight, 0.0, self.init_std)

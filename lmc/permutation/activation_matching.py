@@ -154,8 +154,8 @@ def activation_matching(
             "needs spec.activations (built-in and derived specs provide them)"
         )
     if device is None:
-        p = next(iter(model_a.parameters()), None)
-        device = p.device if p is not None else torch.device("cpu")
+        param = next(iter(model_a.parameters()), None)
+        device = param.device if param is not None else torch.device("cpu")
     points = sorted({name for g in sizes for name in spec.activations[g]})
     captured: dict[str, dict[str, Tensor]] = {"a": {}, "b": {}}
     stats: dict[str, CrossStatistics] = {}

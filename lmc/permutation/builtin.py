@@ -8,9 +8,13 @@ shortcut conv/norm, every block's ``conv2``/``bn2`` output and the next readers,
 
 from __future__ import annotations
 
-from torch import nn
+from collections.abc import Iterable
+from typing import cast
+
+from torch import Tensor, nn
 
 from lmc.models import MLP, VGG, ResNet, TinyTen, TwoLayerReLU
+from lmc.models.resnet import BasicBlock
 from lmc.permutation.spec import Axes, PermutationSpec
 
 _NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm, nn.GroupNorm)
@@ -108,7 +112,7 @@ def resnet_spec(model: ResNet) -> PermutationSpec:
     _norm(axes, "bn1", model.bn1, stream)
     acts[stream] = ["act"]
     for s, stage in enumerate((model.layer1, model.layer2, model.layer3), start=1):
-        for b, block in enumerate(stage):
+        for b, block in enumerate(cast(Iterable[BasicBlock], stage)):
             p = f"layer{s}.{b}"
             out = stream
             if len(block.shortcut) > 0:
@@ -144,7 +148,9 @@ def has_builtin_spec(model: nn.Module) -> bool:
     return any(type(model) is cls for cls, _ in _BUILTIN)
 
 
-def spec_for(model: nn.Module, example_input: object | None = None) -> PermutationSpec:
+def spec_for(
+    model: nn.Module, example_input: Tensor | tuple[Tensor, ...] | None = None
+) -> PermutationSpec:
     """The permutation spec of ``model``.
 
     Built-in architectures use their hand-written spec; any other model is derived with

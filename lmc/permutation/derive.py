@@ -18,6 +18,7 @@ named after the module that first produced it.
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -41,6 +42,7 @@ from lmc.permutation.derive_spaces import (
     Feature,
     Member,
     NotExpressible,
+    ParamCat,
     ParamT,
     ParamUse,
     Several,
@@ -79,7 +81,8 @@ class _Deriver(AttentionRules, ShapeRules, ViewRules, FunctionalRules):
     def __init__(self, gm: fx.GraphModule, model: nn.Module) -> None:
         self.gm = gm
         self.sp = Spaces()
-        self.val: dict[fx.Node, Feature | ParamUse | None] = {}
+        # node -> value, looked up by any argument (None: a constant)
+        self.val: dict[Any, Feature | ParamUse | ParamT | ParamCat | Several | None] = {}
         self.members: list[Member] = []
         self.module_io: dict[str, tuple[int, int]] = {}
         self.attn: dict[str, tuple[int, ...]] = {}
@@ -140,7 +143,7 @@ class _Deriver(AttentionRules, ShapeRules, ViewRules, FunctionalRules):
         return s_in, s_out
 
     # -- modules ---------------------------------------------------------------------------
-    def call_module(self, node: fx.Node) -> Feature | ParamUse | None:
+    def call_module(self, node: fx.Node) -> Feature | Several | None:
         target = str(node.target)
         mod = self.gm.get_submodule(target)
         shape_in = _shape(node.args[0]) if node.args else None
@@ -177,8 +180,8 @@ class _Deriver(AttentionRules, ShapeRules, ViewRules, FunctionalRules):
             return v
         if isinstance(mod, nn.PReLU):
             v = self._in(node)
-            s = self._on_axis(v, 1, "PReLU") if mod.weight.numel() > 1 else None
-            self._param(target, "weight", (s,))
+            s_w = self._on_axis(v, 1, "PReLU") if mod.weight.numel() > 1 else None
+            self._param(target, "weight", (s_w,))
             self._point(target, v, 0)
             return v
         if isinstance(mod, ACTIVATIONS):
@@ -201,7 +204,7 @@ class _Deriver(AttentionRules, ShapeRules, ViewRules, FunctionalRules):
             "pooling and flatten; write a PermutationSpec by hand for this model"
         )
 
-    def _conv(self, node: fx.Node, target: str, mod: nn.Module) -> Feature:
+    def _conv(self, node: fx.Node, target: str, mod: nn.Conv1d | nn.Conv2d | nn.Conv3d) -> Feature:
         v = self._in(node)
         s_in = self._on_axis(v, 1, "Conv")
         g, cin, cout = mod.groups, mod.in_channels, mod.out_channels
@@ -354,7 +357,7 @@ class _Deriver(AttentionRules, ShapeRules, ViewRules, FunctionalRules):
         if name in ("view", "reshape", "squeeze", "unsqueeze", "view_as", "reshape_as"):
             return self._view(node)
         if name == "permute":
-            dims = node.args[1:]
+            dims: Sequence[Any] = node.args[1:]
             dims = dims[0] if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else dims
             return self._permute(node, dims)
         if name == "transpose":
@@ -466,20 +469,21 @@ def derive_spec(model: nn.Module, example_input: Tensor | tuple[Tensor, ...]) ->
             "for every state-dict entry, and pass it as spec= (or spec: package.module:function "
             "in YAML)"
         ) from e
+    assert gm is not None  # traced: no error
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             ShapeProp(gm).propagate(*inputs)
-    except Exception as e:  # noqa: BLE001 - the model's own error, prefixed with the call
-        cause = e
+    except Exception as err:  # noqa: BLE001 - the model's own error, prefixed with the call
+        cause: BaseException = err
         while cause.__cause__ is not None:  # ShapeProp wraps it with the whole graph node
             cause = cause.__cause__
         raise SpecDerivationError(
             f"derive_spec: running {name} on the example input of shape "
             f"{[tuple(t.shape) for t in inputs if isinstance(t, Tensor)]} failed: "
             f"{type(cause).__name__}: {cause}"
-        ) from e
+        ) from err
     finally:
         model.train(was_training)
     try:

@@ -38,7 +38,7 @@ class AttentionRules:
     """Mixin of the deriver: ``nn.MultiheadAttention`` and torchvision's Swin functions."""
 
     sp: Spaces
-    val: dict[fx.Node, Any]
+    val: dict[Any, Any]  # node -> value, looked up by any argument (None: a constant)
     attn: dict[str, tuple[int, ...]]  # module -> its spaces (a module called twice reuses them)
     tables: dict[str, int]  # relative position bias table -> the space of its heads
 
@@ -106,7 +106,7 @@ class AttentionRules:
             weights = Feature(h, 1 if nd == 3 else 0)  # (N, H, L, S): one map per head
         return Several((out, weights))
 
-    def _fused_qkv(self, node: fx.Node, target: str, mod: nn.Module) -> Feature:
+    def _fused_qkv(self, node: fx.Node, target: str, mod: Any) -> Feature:
         """A fused-qkv attention module as timm writes it (:func:`is_fused_qkv_attention`):
         ``qkv`` rows stacked q, k, v (each ``heads x head_dim``), optional per-head-dimension
         norms of q and k, an optional norm of the heads' output, ``proj``."""
@@ -170,6 +170,7 @@ class AttentionRules:
         n_heads = int(_arg(node, 5, "num_heads"))
         qkv_w = self._param_key(_arg(node, 1, "qkv_weight"), "qkv_weight")
         proj_w = self._param_key(_arg(node, 2, "proj_weight"), "proj_weight")
+        assert qkv_w is not None and proj_w is not None  # required arguments
         name = (qkv_w or "attn").rsplit(".", 2)[0]
         h, sq, sv = self._heads(name, n_heads, c // n_heads, c // n_heads)
         s_out = self.sp.new(c, name)

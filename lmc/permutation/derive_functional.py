@@ -26,7 +26,7 @@ class FunctionalRules:
     """Mixin of the deriver: Linear layers (module or function), functional norms, padding."""
 
     sp: Spaces
-    val: dict[fx.Node, Any]
+    val: dict[Any, Any]  # node -> value, looked up by any argument (None: a constant)
     buffers: dict[fx.Node, str]
 
     if TYPE_CHECKING:
@@ -69,7 +69,9 @@ class FunctionalRules:
             self._param("", bias, (s_out,))
         return out
 
-    def _conv_transpose(self, node: fx.Node, target: str, mod: nn.Module) -> Feature:
+    def _conv_transpose(
+        self, node: fx.Node, target: str, mod: nn.ConvTranspose1d | nn.ConvTranspose2d
+    ) -> Feature:
         """A transposed convolution (one group): its weight is ``(in, out, kernel...)``."""
         s_in, s_out = self._layer(
             target, self._on_axis(self._in(node), 1, "ConvTranspose"),
@@ -92,6 +94,7 @@ class FunctionalRules:
                 raise self.err(f"F.linear with a {name} that is not a parameter of the model")
             keys.append(key)
         weight, bias = keys
+        assert weight is not None  # F.linear's weight is required, a parameter (checked above)
         target = weight.rsplit(".", 1)[0] if "." in weight else weight
         out = self._linear(node, target, (_shape(node) or (0,))[-1], weight, bias)
         if isinstance(cat, ParamCat):  # a bias concatenated from parts: each its rows
@@ -113,7 +116,8 @@ class FunctionalRules:
         pass through unless their own axis is padded."""
         v = self.val.get(node.args[0])
         if not isinstance(v, Feature):
-            return self._generic(node)
+            self._generic(node)
+            return None
         if self._fixed(v.space):
             return v
         pad = _arg(node, 1, "pad")
@@ -131,6 +135,7 @@ class FunctionalRules:
         v = self._in(node)
         what = fn.__name__
         s = self._on_axis(v, 1, what)
+        tensors: tuple[tuple[int, str], ...]  # (argument index, name)
         if fn is F.group_norm:
             tensors = ((2, "weight"), (3, "bias"))
         else:

@@ -6,6 +6,7 @@ permutations are in :mod:`lmc.permutation.derive_views`, the spaces themselves i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from torch import fx
@@ -27,8 +28,9 @@ _arg, _shape = node_arg, node_shape
 class ShapeRules:
     """Mixin of the deriver: the rules of the shape-only operations."""
 
+    gm: fx.GraphModule
     sp: Spaces
-    val: dict[fx.Node, Any]
+    val: dict[Any, Any]  # node -> value, looked up by any argument (None: a constant)
 
     if TYPE_CHECKING:
 
@@ -44,7 +46,7 @@ class ShapeRules:
 
         def _generic(self, node: fx.Node) -> None: ...
 
-    def _broadcast(self, node: fx.Node, operands: list[Any]) -> Feature | None:
+    def _broadcast(self, node: fx.Node, operands: Sequence[Any]) -> Feature | None:
         """Elementwise op with broadcasting: the operands' permuted axes are merged."""
         out = _shape(node)
         nd = len(out) if out is not None else 0
@@ -61,7 +63,10 @@ class ShapeRules:
                 continue
             live.append((a, v))
         if not live:
-            return Feature(Spaces.FIXED, feats[0][1].axis) if feats else self._generic(node)
+            if feats:
+                return Feature(Spaces.FIXED, feats[0][1].axis)
+            self._generic(node)
+            return None
         axes = {v.axis + nd - len(_shape(a) or out or ()) for a, v in live}
         if len(axes) > 1:
             raise self.err("operands carry permuted features on different axes")
@@ -85,20 +90,22 @@ class ShapeRules:
                 self.sp.fix(space)  # a per-feature constant that is not a parameter
         return Feature(space, axis)
 
-    def _cat(self, node: fx.Node) -> Feature | None:
+    def _cat(self, node: fx.Node) -> Feature | ParamCat | None:
         if not isinstance(_arg(node, 0, "tensors"), (list, tuple)):  # a list made in the graph
-            return self._generic(node)
+            self._generic(node)
+            return None
         tensors = list(_arg(node, 0, "tensors"))
         dim = _arg(node, 1, "dim", 0)
         vals = [self.val.get(t) for t in tensors]
         feats = [v for v in vals if isinstance(v, Feature) and not self._fixed(v.space)]
         shapes = [_shape(t) for t in tensors]
+        sizes = [s[0] for s in shapes if s is not None and len(s) == 1]
         if any(isinstance(v, ParamUse) for v in vals) and all(
             isinstance(v, ParamUse) or v is None for v in vals
-        ) and all(s is not None and len(s) == 1 for s in shapes):  # fmt: skip
+        ) and len(sizes) == len(shapes):  # fmt: skip
             return ParamCat(tuple(
-                (v.key if isinstance(v, ParamUse) else None, s[0], self._uniform(t))
-                for t, v, s in zip(tensors, vals, shapes)
+                (v.key if isinstance(v, ParamUse) else None, n, self._uniform(t))
+                for t, v, n in zip(tensors, vals, sizes)
             ))  # fmt: skip
         if not feats:
             return self._broadcast(node, tensors)
@@ -109,8 +116,10 @@ class ShapeRules:
         parts = []
         for t, v in zip(tensors, vals):
             n = (_shape(t) or (0,) * nd)[dim]
-            on_dim = isinstance(v, Feature) and v.axis == dim
-            parts.append(self._sized(v.space, n) if on_dim else self.sp.fixed_leaf(n))
+            if isinstance(v, Feature) and v.axis == dim:
+                parts.append(self._sized(v.space, n))
+            else:
+                parts.append(self.sp.fixed_leaf(n))
         return Feature(self.sp.cat(parts, node.name), dim)
 
     def _index(self, node: fx.Node, v: Feature) -> Feature | None:
@@ -168,7 +177,8 @@ class ShapeRules:
         v = self.val.get(node.args[0])
         meta = node.meta.get("tensor_meta")
         if not isinstance(v, Feature) or not isinstance(meta, (tuple, list)):
-            return self._generic(node)
+            self._generic(node)
+            return None
         shapes = [tuple(m.shape) for m in meta]
         dim %= len(shapes[0])
         if dim != v.axis or self._fixed(v.space):
@@ -196,7 +206,7 @@ class ShapeRules:
         """``repeat`` of the axes that carry no permutation (``None``: not such a repeat)."""
         if not isinstance(src, (Feature, ParamUse)):
             return None
-        sizes = node.args[1:]
+        sizes: Sequence[Any] = node.args[1:]
         sizes = sizes[0] if len(sizes) == 1 and isinstance(sizes[0], (list, tuple)) else sizes
         shape = _shape(node.args[0]) or sizes
         extra = len(sizes) - len(shape)  # new leading axes
@@ -218,7 +228,8 @@ class ShapeRules:
         meta = node.meta.get("tensor_meta")
         shape = _shape(node.args[0])
         if not isinstance(v, Feature) or not isinstance(meta, (tuple, list)) or shape is None:
-            return self._generic(node)
+            self._generic(node)
+            return None
         dim %= len(shape)
         if dim == v.axis:
             self.sp.fix(v.space)
@@ -231,7 +242,8 @@ class ShapeRules:
         a, b = node.args[0], node.args[1]
         sa, sb, out = _shape(a), _shape(b), _shape(node)
         if sa is None or sb is None or out is None or len(sa) < 2 or len(sb) < 2:
-            return self._generic(node)
+            self._generic(node)
+            return None
         return self._product(self.val.get(a), sa, self.val.get(b), sb, len(out))
 
     def _sdpa(self, node: fx.Node) -> Feature | None:
@@ -239,8 +251,15 @@ class ShapeRules:
         + mask) @ v`` by :meth:`_product` twice (the softmax moves no permutation)."""
         q, k, v = (_arg(node, i, n) for i, n in enumerate(("query", "key", "value")))
         sq, sk, sv, out = _shape(q), _shape(k), _shape(v), _shape(node)
-        if None in (sq, sk, sv, out) or min(len(sq), len(sk), len(sv)) < 2:
-            return self._generic(node)
+        if (
+            sq is None
+            or sk is None
+            or sv is None
+            or out is None
+            or min(len(sq), len(sk), len(sv)) < 2
+        ):
+            self._generic(node)
+            return None
         vk = self.val.get(k)
         if isinstance(vk, Feature) and vk.axis >= len(sk) - 2:  # k.transpose(-2, -1)
             vk = Feature(vk.space, 2 * len(sk) - 3 - vk.axis)
@@ -318,8 +337,11 @@ class ShapeRules:
         ``repeat_interleave``): the features pass through unless it acts on their axis (or on
         all axes: ``dims`` None)."""
         v = self.val.get(node.args[0])
-        if not isinstance(v, Feature) or self._fixed(v.space):
-            return v if isinstance(v, Feature) else self._generic(node)
+        if not isinstance(v, Feature):
+            self._generic(node)
+            return None
+        if self._fixed(v.space):
+            return v
         nd = len(_shape(node.args[0]) or ())
         dims = (dims,) if isinstance(dims, int) else dims
         if dims is None or not nd or any(d % nd == v.axis for d in dims):
@@ -343,7 +365,8 @@ class ShapeRules:
         size (a size-1 feature axis broadcast would repeat one unit: fixed)."""
         s_in, s_out = _shape(node.args[0]), _shape(node)
         if s_in is None or s_out is None:
-            return self._generic(node)
+            self._generic(node)
+            return None
         axis = v.axis + len(s_out) - len(s_in)
         if self._fixed(v.space) or s_out[axis] == s_in[v.axis]:
             return Feature(v.space, axis)
@@ -356,7 +379,8 @@ class ShapeRules:
         tensors = _arg(node, 0, "tensors")
         out = _shape(node)
         if out is None or not isinstance(tensors, (list, tuple)):
-            return self._generic(node)
+            self._generic(node)
+            return None
         dim = _arg(node, 1, "dim", 0) % len(out)
         merged = self._broadcast(node, tensors)  # same shapes: an elementwise merge
         if not isinstance(merged, Feature):

@@ -295,7 +295,7 @@ def build_axes(
     for key, shape in state_shapes.items():
         ms = by_key.get(key, [])
         rows = sorted({m[3] for m in ms if m[3] is not None})
-        blocks: list[tuple[int, int] | None] = rows or [None]  # type: ignore[assignment]
+        blocks: list[tuple[int, int] | None] = [*rows] if rows else [None]
         out: list[Piece] = []
         out_axes: list[Axes] = []
         plain = True
@@ -331,8 +331,8 @@ def build_axes(
             axes[key] = out_axes[0]
         else:
             pieces[key] = tuple(out)
-            for p, ax in zip(out, out_axes):
-                axes[p.key] = ax
+            for p, p_axes in zip(out, out_axes):
+                axes[p.key] = p_axes
     return axes, pieces
 
 

@@ -14,7 +14,7 @@ the model once more, in eval mode and without gradients, and leaves it unchanged
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, fx, nn
@@ -68,6 +68,10 @@ class ConcreteProxy(fx.Proxy):
     def __index__(self) -> int:
         return int(self._number())
 
+    if TYPE_CHECKING:  # fx.Proxy's operators are set on it at import, unseen by mypy
+
+        def __getitem__(self, key: Any) -> Any: ...
+
     def __iter__(self) -> Iterator[Any]:
         return iter([self[i] for i in range(len(self.value))])
 
@@ -99,7 +103,7 @@ class ConcreteTracer(fx.Tracer):
 
     def create_proxy(
         self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None
-    ):  # type: ignore[no-untyped-def]  # noqa: E501
+    ):
         proxy = super().create_proxy(
             kind, target, args, kwargs, name, type_expr, lambda node: ConcreteProxy(node, self)
         )
@@ -114,7 +118,7 @@ class ConcreteTracer(fx.Tracer):
         real = fx.node.map_aggregate(
             (args, kwargs), lambda a: a.value if isinstance(a, ConcreteProxy) else a
         )
-        args, kwargs = real  # type: ignore[misc]
+        args, kwargs = real
         if kind == "placeholder":
             return self.inputs.pop(0) if self.inputs else None
         if kind == "get_attr":

@@ -28,7 +28,7 @@ class ViewRules:
     """Mixin of the deriver: the rules of views and axis permutations."""
 
     sp: Spaces
-    val: dict[fx.Node, Any]
+    val: dict[Any, Any]  # node -> value, looked up by any argument (None: a constant)
 
     if TYPE_CHECKING:
 
@@ -44,7 +44,8 @@ class ViewRules:
         v = self.val.get(node.args[0])
         s_in = _shape(node.args[0])
         if not isinstance(v, Feature) or s_in is None:
-            return self._generic(node)
+            self._generic(node)
+            return None
         nd = len(s_in)
         start, end = start % nd, end % nd
         if not start <= v.axis <= end:
@@ -63,7 +64,8 @@ class ViewRules:
         if isinstance(v, ParamUse) and s_in is not None and s_out is not None:
             return self._param_view(node, v, s_in, s_out)
         if not isinstance(v, Feature) or s_in is None or s_out is None:
-            return self._generic(node)
+            self._generic(node)
+            return None
         if self._fixed(v.space):
             return Feature(Spaces.FIXED, min(v.axis, len(s_out) - 1))
         lead = math.prod(s_in[: v.axis])
@@ -155,7 +157,8 @@ class ViewRules:
     def _permute(self, node: fx.Node, dims: Any) -> Feature | None:
         v = self.val.get(node.args[0])
         if not isinstance(v, Feature):
-            return self._generic(node)
+            self._generic(node)
+            return None
         nd = len(_shape(node) or dims)
         dims = [d % nd for d in dims]
         return Feature(v.space, dims.index(v.axis))
@@ -166,7 +169,8 @@ class ViewRules:
         if isinstance(v, ParamUse) and v.ndim == nd == 2 and v.offset == 0:
             return ParamT(v.key)  # a matrix transposed for a product
         if not isinstance(v, Feature):
-            return self._generic(node)
+            self._generic(node)
+            return None
         a, b = _arg(node, 1, "dim0") % nd, _arg(node, 2, "dim1") % nd
         return Feature(v.space, b if v.axis == a else a if v.axis == b else v.axis)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -144,7 +145,7 @@ def auction(
         eps = max(eps / factor, eps_end)
 
 
-def auction_solve(costs: Tensor | Sequence[Tensor], **options: float) -> list[LapSolution]:
+def auction_solve(costs: Tensor | Sequence[Tensor], **options: Any) -> list[LapSolution]:
     """Exact LAPs of a batch: the device auction's assignments and column duals, finished by
     the host kernel's warm start (:func:`lmc.permutation.lap.sap_solver`), which returns an
     optimum whatever it starts from. ``options`` go to :func:`auction`."""

@@ -23,7 +23,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from lmc.io import load_state
-from lmc.permutation.activation_matching import activation_matching
+from lmc.permutation.activation_matching import Similarity, activation_matching
 from lmc.permutation.apply import apply_permutation
 from lmc.permutation.merge_many import merge_many
 from lmc.permutation.spec import Permutation, PermutationSpec, identity_permutation
@@ -95,7 +95,7 @@ def _activation(
     states: Sequence[StateDict],
     spec: PermutationSpec,
     batches: Sequence[Any] | None,
-    similarity: str,
+    similarity: Similarity,
     name: str,
 ) -> Matching:
     if batches is None:
@@ -119,7 +119,7 @@ def _activation(
     return Matching(perms, info)
 
 
-def _data_matcher(similarity: str, name: str, doc: str) -> Callable[..., Matching]:
+def _data_matcher(similarity: Similarity, name: str, doc: str) -> Callable[..., Matching]:
     def matcher(
         net: nn.Module,
         states: Sequence[StateDict],
