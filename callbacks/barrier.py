@@ -11,15 +11,17 @@ import copy
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
+from torch import Tensor
 
 from callbacks._utils import log_metrics, network
 from lmc.evaluation import LossName, has_batchnorm
 from lmc.interpolation import alpha_grid, cache_batches, check_definition, interpolate_path
 from lmc.interpolation.barrier import BarrierDefinition
 from lmc.interpolation.states import check_compatible
-from lmc.interpolation.study import Matcher, match_states
+from lmc.interpolation.study import Matcher, Repair, match_states
 from lmc.io import load_endpoints
 from lmc.permutation import MATCHERS, check_spec_source, resolve_spec
+from lmc.permutation.spec import PermutationSpec
 
 
 class BarrierMonitor(Callback):
@@ -71,8 +73,8 @@ class BarrierMonitor(Callback):
         self.paths, self.refs = load_endpoints(self.paths, None, "BarrierMonitor checkpoints")
         check_compatible([net.state_dict(), *self.refs], ["the trained model", *self.paths])
         self.work = copy.deepcopy(net)  # one scratch copy for all evaluations
-        self.batches = None
-        self.spec = None
+        self.batches: list[tuple[Tensor, Tensor]] | None = None
+        self.spec: PermutationSpec | None = None
 
     def _due(self, trainer: L.Trainer) -> bool:
         if self.epochs is not None:
@@ -82,12 +84,12 @@ class BarrierMonitor(Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._due(trainer) or trainer.sanity_checking:
             return
-        dm = trainer.datamodule
+        dm = trainer.datamodule  # type: ignore[attr-defined]  # set at runtime, not on Trainer
         if self.batches is None:
             batches = cache_batches(dm.val_dataloader(), pl_module.device)
             self.batches = batches[: self.max_batches] if self.max_batches else batches
         loss = self.loss or ("mse" if getattr(dm, "task", "") == "regression" else "cross_entropy")
-        repair = "reset_bn" if has_batchnorm(self.work) else "none"
+        repair: Repair = "reset_bn" if has_batchnorm(self.work) else "none"
         align = self.batches if repair != "none" else None
         if self.spec is None and self.matcher != "none":
             self.spec = resolve_spec(self.spec_source, self.work, self.batches[0][0][:2])

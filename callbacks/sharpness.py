@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Literal, cast
 
 import lightning as L
 import torch
@@ -68,9 +69,11 @@ class SharpnessMonitor(L.Callback):
     def _log(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._batches is None:
             self._batches = self._subset(trainer, pl_module.device)
+        # the task's loss(output, target) method (nn.Module's __getattr__ types it a tensor)
+        loss = cast(Callable[[Tensor, Tensor], Tensor], pl_module.loss)
         est = hutchinson_traces(
             network(pl_module),
-            pl_module.loss,
+            loss,
             self._batches,
             self.num_probes,
             self.seed,
@@ -84,7 +87,7 @@ class SharpnessMonitor(L.Callback):
         log_metrics(trainer, metrics)
 
     def _subset(self, trainer: L.Trainer, device: torch.device) -> list[Batch]:
-        dm = trainer.datamodule
+        dm = trainer.datamodule  # type: ignore[attr-defined]  # set at runtime, not on Trainer
         if self.source == "alignment" and hasattr(dm, "alignment_dataloader"):
             loader = dm.alignment_dataloader(self.batch_size)
         elif self.source == "val" and dm is not None:

@@ -90,9 +90,11 @@ def study_main(args: list[str], raise_errors: bool = False) -> None:
     except (StudyError, OSError) as err:  # OSError: a full disk, a read-only folder (lmc.io)
         if raise_errors or os.environ.get("LMC_DEBUG"):
             raise
-        # lmc.io's write errors carry the whole message (path and fix) without "[Errno n]"
-        plain = isinstance(err, OSError) and err.strerror and err.filename is None
-        sys.stderr.write(f"lmc study: error: {err.strerror if plain else err}\n")
+        message = str(err)
+        if isinstance(err, OSError) and err.strerror and err.filename is None:
+            # lmc.io's write errors carry the whole message (path and fix) without "[Errno n]"
+            message = err.strerror
+        sys.stderr.write(f"lmc study: error: {message}\n")
         raise SystemExit(1) from None
     except KeyboardInterrupt:
         if raise_errors or os.environ.get("LMC_DEBUG"):
@@ -157,9 +159,9 @@ def _dispatch(ns: argparse.Namespace, in_process: bool) -> None:
     else:
         for stage, counts in status(ns.dir).items():
             print(f"{stage:10s} " + "  ".join(f"{k} {v}" for k, v in counts.items()))
-        for job, why in damaged_jobs(ns.dir):
+        for record, why in damaged_jobs(ns.dir):
             print(
-                f"damaged: {job['stage']} {job['id']} {job['coordinates']}: {why} "
+                f"damaged: {record['stage']} {record['id']} {record['coordinates']}: {why} "
                 "(`lmc study run` redoes it)"
             )
         from lmc.studies.running.replicates import read_state

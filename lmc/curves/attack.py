@@ -74,6 +74,7 @@ def pgd_attack(
         raise ValueError("give both mean and std (pixel-space attack) or neither")
     x = x.detach()
     if mean is not None:
+        assert std is not None  # checked above
         scale = _shape(std, x)
         base = x * scale + _shape(mean, x)  # pixels, only used for the [0, 1] box
     else:

@@ -70,6 +70,11 @@ class Curve(nn.Module):
         kind: ``bezier`` or ``polychain``.
     """
 
+    start: Tensor
+    end: Tensor
+    start_buffers: Tensor
+    end_buffers: Tensor
+
     def __init__(
         self,
         names: Sequence[str],

@@ -48,7 +48,8 @@ def summarize(
     arc length, eq. 1 of 002, the number 002 Table 1 reports), ``_start`` and ``_end``."""
     t = np.asarray(ts, dtype=float)
     w = np.asarray(weights, dtype=float)
-    trapz = getattr(np, "trapezoid", None) or np.trapz
+    # numpy >= 2 names it trapezoid, numpy 1.x only trapz (not in numpy 2's stubs)
+    trapz = getattr(np, "trapezoid", None) or vars(np)["trapz"]
     out: dict[str, float] = {}
     for key, values in metrics.items():
         v = np.asarray(values, dtype=float)

@@ -121,6 +121,7 @@ def plane_grid(
                 for n, s, p in zip(pnames, shapes, flat.split(sizes)):
                     params[n].copy_(p.view(s))
             if has_batchnorm(net):
+                assert bn_batches is not None  # checked above
                 reset_bn(net, bn_batches)
             for split, batches in splits.items():
                 r = evaluate(net, batches, loss)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from typing import ClassVar
+from collections.abc import Iterator, Sized
+from typing import ClassVar, cast
 
 import lightning as L
 import torch
@@ -122,6 +122,7 @@ class BaseDataModule(L.LightningDataModule, ABC):
         """Training split (augmented where the data module augments)."""
         if self._train is None:
             self._setup_fit()
+        assert self._train is not None  # _setup_fit sets it
         return self._train
 
     @property
@@ -129,6 +130,7 @@ class BaseDataModule(L.LightningDataModule, ABC):
         """Validation split: held out of training, never the test set; not augmented."""
         if self._val is None:
             self._setup_fit()
+        assert self._val is not None  # _setup_fit sets it
         return self._val
 
     @property
@@ -136,6 +138,7 @@ class BaseDataModule(L.LightningDataModule, ABC):
         """Fixed, seeded subset of the training split, not augmented, in a fixed order."""
         if self._alignment is None:
             self._setup_fit()
+        assert self._alignment is not None  # _setup_fit sets it
         return self._alignment
 
     @property
@@ -143,6 +146,7 @@ class BaseDataModule(L.LightningDataModule, ABC):
         """Test split; not augmented."""
         if self._test is None:
             self._setup_test()
+        assert self._test is not None  # _setup_test sets it
         return self._test
 
     def batch_device(self, dataset: Dataset) -> torch.device | None:
@@ -182,14 +186,15 @@ class BaseDataModule(L.LightningDataModule, ABC):
         self, dataset: Dataset, batch_size: int, shuffle: bool, on_device: bool = True
     ) -> DataLoader | DeviceBatches:
         seed = data_order_seed()
-        sampler = EpochShuffle(len(dataset), seed) if shuffle else None
+        # every split here is sized (torch's Dataset declares no __len__)
+        sampler = EpochShuffle(len(cast(Sized, dataset)), seed) if shuffle else None
         device = self.batch_device(dataset) if on_device else None
         if device is not None:
             return DeviceBatches(dataset, batch_size, sampler, device)
         return DataLoader(
             dataset,
             batch_size=batch_size,
-            sampler=sampler,  # type: ignore[arg-type]
+            sampler=sampler,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             collate_fn=collate,
@@ -220,9 +225,10 @@ class BaseDataModule(L.LightningDataModule, ABC):
         Args:
             batch_size: batch size (``None``: ``eval_batch_size``).
         """
-        return self._loader(
+        loader = self._loader(
             self.alignment_dataset, batch_size or self.eval_batch_size, False, on_device=False
         )
+        return cast(DataLoader, loader)  # on_device=False: never DeviceBatches
 
 
 def seeded_generator(seed: int, stream: int = 0) -> torch.Generator:

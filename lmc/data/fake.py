@@ -22,7 +22,7 @@ import tarfile
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from torchvision import datasets
@@ -139,6 +139,7 @@ def _write_cifar(
                 if label_key == "fine_labels":
                     batch["coarse_labels"] = (labels[idx] // 5).tolist()
                 _pickle(folder / fname, batch)
+        meta: dict[str, Any]
         if label_key == "fine_labels":
             meta = {
                 "fine_label_names": names,
@@ -202,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     n = {} if args.n_train is None else {"n_train": args.n_train}
     for ds in args.datasets:
         if ds in ("mnist", "fashion"):
-            name = "MNIST" if ds == "mnist" else "FashionMNIST"
+            name: Literal["MNIST", "FashionMNIST"] = "MNIST" if ds == "mnist" else "FashionMNIST"
             out = write_fake_mnist(args.root, name, n_test=args.n_test, seed=args.seed, **n)
         else:
             writer = write_fake_cifar10 if ds == "cifar10" else write_fake_cifar100

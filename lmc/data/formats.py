@@ -345,7 +345,9 @@ def load_cifar(root: str | Path, spec: CifarSpec, split: str) -> tuple[Tensor, T
     root = Path(root).expanduser().absolute()
     with _readable_cifar(root, spec) as readable:
         try:
-            ds = _reader(spec)(readable, train=split == "train", download=False)
+            # spec is type[Any] (torchvision is untyped), not Hashable to functools.cache's stub
+            reader = _reader(spec)  # type: ignore[arg-type]  # a class is hashable
+            ds = reader(readable, train=split == "train", download=False)
         except (pickle.UnpicklingError, EOFError, ValueError, KeyError, TypeError) as err:
             folder = readable / spec.base_folder
             files = [n for n, _ in (spec.train_list if split == "train" else spec.test_list)]

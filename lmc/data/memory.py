@@ -120,7 +120,7 @@ def collate(batch: Sequence) -> object:
     """Collate function: batched tensors from :class:`SampleList`, else ``default_collate``."""
     if isinstance(batch, SampleList):
         return batch.x, batch.y
-    return default_collate(batch)
+    return default_collate(batch)  # type: ignore[arg-type]  # torch says list; any sequence works
 
 
 class InMemoryImageDataset(Dataset):
@@ -179,6 +179,7 @@ class InMemoryImageDataset(Dataset):
             if self._normalized is None:
                 self._normalized = self._normalize(self.images.index_select(0, self.indices))
                 self._labels = self.labels.index_select(0, self.indices)
+            assert self._labels is not None  # set with _normalized
             return self._normalized.index_select(0, pos), self._labels.index_select(0, pos)
         rows = self.indices.index_select(0, pos)
         images = self.images.index_select(0, rows)

@@ -47,7 +47,8 @@ class RunConfigSaver(SaveConfigCallback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # the run's config below is the whole config: the task's hyper-parameters once, under
         # model.init_args, not again under their bare names
-        log_config_only(pl_module, trainer.datamodule)
+        dm = trainer.datamodule  # type: ignore[attr-defined]  # set at runtime, not on Trainer
+        log_config_only(pl_module, dm)
         if self.already_saved:
             return
         path = run_dir(trainer) / self.config_filename
@@ -137,6 +138,7 @@ class LMCCLI(SeamCLI):
         spawn = self.config[sub].get("spawn_from") if sub else None
         self._spawning = bool(spawn) and not ckpt
         if self._spawning:
+            assert spawn is not None  # _spawning says it is set
             _check_spawn_from(spawn, sub, (self.config[sub].get("trainer") or {}).get("max_epochs"))
         if sub == "fit" and ckpt and (ckpt == "last" or Path(ckpt).is_dir()):
             ckpt = self.config[sub].ckpt_path = self._resume_checkpoint(self.config[sub], ckpt)
@@ -187,8 +189,8 @@ class LMCCLI(SeamCLI):
         """``last`` or a run folder -> the run's ``last.ckpt``, with the loggers pointed at that
         run (same folder, same W&B run); ``None`` to start fresh when asked to."""
         if ckpt != "last":
-            run = Path(ckpt)
-            return self._continue(cfg, run.parent if run.name == "checkpoints" else run)
+            folder = Path(ckpt)
+            return self._continue(cfg, folder.parent if folder.name == "checkpoints" else folder)
         run = run_of_config([str(p) for p in cfg.get("config") or []])
         root = _logger_root(cfg)
         if run is None:

@@ -13,7 +13,7 @@ import os
 import random
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import numpy as np
@@ -43,7 +43,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 def rng_states() -> dict[str, Any]:
     """The global random states of torch (CPU and CUDA), NumPy and Python, as tensors and plain
     containers only (a checkpoint stays loadable with ``weights_only=True``)."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    # the global RandomState is an MT19937: the legacy tuple (numpy's stub picks the dict)
+    legacy = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
+    kind, keys, pos, has_gauss, gauss = legacy
     version, state, py_gauss = random.getstate()
     return {
         "torch": torch.get_rng_state(),
@@ -158,9 +160,9 @@ class LogsForResume(Callback):
     ) -> None:
         states = checkpoint.get("callbacks") or {}
         for callback in trainer.checkpoint_callbacks:
-            state = (
-                states.get(callback.state_key) if isinstance(callback, ModelCheckpoint) else None
-            )
+            if not isinstance(callback, ModelCheckpoint):
+                continue
+            state = states.get(callback.state_key)
             if state is not None and callback.dirpath:
                 respell_checkpoint_state(state, str(callback.dirpath))
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
@@ -31,12 +31,12 @@ BARRIER_DEFINITIONS: dict[str, str] = {
 }
 
 
-def check_definition(definition: object, where: str = "barrier") -> str:
+def check_definition(definition: object, where: str = "barrier") -> BarrierDefinition:
     """``definition`` if it names a barrier definition, else a ``ValueError`` naming both."""
     if definition not in BARRIER_DEFINITIONS:
         names = "; ".join(f"{k!r}: {v}" for k, v in BARRIER_DEFINITIONS.items())
         raise ValueError(f"{where}: unknown barrier definition {definition!r}; use one of {names}")
-    return str(definition)
+    return cast(BarrierDefinition, str(definition))
 
 
 # Below this mean endpoint loss the normalised barrier B / mean(L(0), L(1)) divides by a number
@@ -127,11 +127,9 @@ def barrier(
     b_acc, a_acc = float("nan"), float("nan")
     if accs is not None and not np.isnan(np.asarray(accs, dtype=float)).any():
         b_acc, a_acc = loss_barrier(alphas, [-x for x in accs], definition)
-    mean_loss = (
-        float(np.trapezoid(losses, alphas))
-        if hasattr(np, "trapezoid")
-        else float(np.trapz(losses, alphas))
-    )
+    # numpy >= 2 names it trapezoid, numpy 1.x only trapz (not in numpy 2's stubs)
+    trapezoid = getattr(np, "trapezoid", None) or vars(np)["trapz"]
+    mean_loss = float(trapezoid(losses, alphas))
     return Barrier(
         loss=b_loss,
         loss_normalized=normalize(b_loss),

@@ -10,7 +10,7 @@ ordinary model.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -125,10 +125,11 @@ def average_stats(
     """REPAIR targets of a merge of several models: weighted averages of their statistics."""
     n = len(stats)
     w = [1.0 / n] * n if weights is None else list(weights)
+    # sums of tensors (stats is never empty), not the start value 0
     return {
         k: (
-            sum(wi * s[k][0] for wi, s in zip(w, stats)),
-            sum(wi * s[k][1] for wi, s in zip(w, stats)),
+            cast(Tensor, sum(wi * s[k][0] for wi, s in zip(w, stats))),
+            cast(Tensor, sum(wi * s[k][1] for wi, s in zip(w, stats))),
         )
         for k in stats[0]
     }

@@ -50,9 +50,7 @@ class PathResult:
     """Per-alpha metrics of one path on every split, with and without repair."""
 
     alphas: list[float]
-    metrics: dict[str, dict[str, list[float]]] = field(
-        default_factory=dict
-    )  # "test/loss" -> values
+    metrics: dict[str, list[float]] = field(default_factory=dict)  # "test/loss" -> values
     barriers: dict[str, dict[str, float]] = field(default_factory=dict)  # "test" -> Barrier dict
 
 
@@ -84,12 +82,12 @@ def match_states(
     """
     from lmc.permutation import match, spec_for
 
-    states = [dict(s) for s in states]
+    dense = [dict(s) for s in states]
     if matcher == "none":
-        return states, {}
+        return dense, {}
     spec = spec if spec is not None else spec_for(net)
-    result = match(matcher, net, states, spec, batches=align_batches, seed=seed)
-    return result.apply(states, spec), result.info
+    result = match(matcher, net, dense, spec, batches=align_batches, seed=seed)
+    return result.apply(dense, spec), result.info
 
 
 def _evaluate_point(
@@ -164,6 +162,7 @@ def _evaluate_path_points(
     repair_seconds = 0.0
     stats_a = stats_b = None
     if repair_mode == "repair":
+        assert align_batches is not None  # a repair needs the alignment batches
         points = repair_points(model)
         load_state(model, a)
         stats_a = channel_stats(model, align_batches, points)
@@ -172,11 +171,13 @@ def _evaluate_path_points(
     for alpha in alphas:
         load_lerp_(model, a, b, alpha)
         if repair_mode != "none":
+            assert align_batches is not None  # a repair needs the alignment batches
             _evaluate_point(model, splits, loss, "_raw", out)
             start = time.perf_counter()
             if repair_mode == "reset_bn":
                 reset_bn(model, align_batches)
             else:
+                assert stats_a is not None and stats_b is not None  # set above for "repair"
                 repair(model, interpolate_stats(stats_a, stats_b, alpha), align_batches)
             repair_seconds += time.perf_counter() - start
         _evaluate_point(model, splits, loss, "", out)
@@ -246,8 +247,10 @@ def _repair_merged(
 ) -> None:
     load_state(model, merged)
     if repair_mode == "reset_bn":
+        assert align_batches is not None  # a repair needs the alignment batches
         reset_bn(model, align_batches)
     elif repair_mode == "repair":
+        assert align_batches is not None  # a repair needs the alignment batches
         points = repair_points(model)
         stats = []
         for s in states:
@@ -363,8 +366,8 @@ def interpolation_study(
             summary[f"endpoint_{stat}_mean"] = float(
                 sum(e[0] + e[-1] for e in ends) / (2 * len(ends))
             )
-    for variant, vals in merges.items():
-        for k, v in vals.items():
+    for variant, merge in merges.items():
+        for k, v in merge.items():
             summary[f"merge_{variant}_{k.replace('/', '_')}"] = v
     summary.update(timings)
     return StudyResult(paths, merges, aligned, timings, summary, matched_merge)

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from jsonargparse import Namespace
 from lightning.fabric.utilities.seed import seed_everything
+from lightning.pytorch import LightningModule
 from torch import nn
 
 from lmc.engine.seam import given_hyperparameters_context
@@ -60,7 +61,7 @@ class DirectBuild:
     by the CLI from it); called with a seed, it returns that member's task.
     """
 
-    def __init__(self, first: nn.Module, steps: list[tuple[str, str, Any]]) -> None:
+    def __init__(self, first: LightningModule, steps: list[tuple[str, str, Any]]) -> None:
         self.cls = type(first)
         self.steps = steps  # (name, kind, value): how each init argument is made
         hparams = dict(first.hparams)
@@ -68,7 +69,7 @@ class DirectBuild:
         self.hparams = hparams
 
     @classmethod
-    def plan(cls, model_cfg: Namespace, first: nn.Module) -> DirectBuild | None:
+    def plan(cls, model_cfg: Namespace, first: LightningModule) -> DirectBuild | None:
         """The replay of ``model_cfg``'s construction, or ``None`` where it has a part this
         cannot rebuild exactly without the parser."""
         cfg = vars(model_cfg)
@@ -103,7 +104,7 @@ class DirectBuild:
                 return None
         return cls(first, steps)
 
-    def __call__(self, seed: int) -> nn.Module:
+    def __call__(self, seed: int) -> LightningModule:
         """Member ``seed``'s task: seeded, its networks built, then the task itself."""
         seed_everything(seed, workers=True)
         kwargs: dict[str, Any] = {}
@@ -117,7 +118,9 @@ class DirectBuild:
         with given_hyperparameters_context(copy.deepcopy(self.hparams), self.instantiator):
             return self.cls(**kwargs)
 
-    def matches(self, seed: int, cli_build: Callable[[int], nn.Module]) -> nn.Module | None:
+    def matches(
+        self, seed: int, cli_build: Callable[[int], LightningModule]
+    ) -> LightningModule | None:
         """The CLI's build of member ``seed`` if this build equals it (class, state dict,
         hyper-parameters and the random generator's state after building), else ``None``."""
         ours = self(seed)

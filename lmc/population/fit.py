@@ -18,6 +18,7 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from operator import methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +88,9 @@ def _loggers(trainer_init: Any, root: str) -> list[Logger]:
 
 def _run_dir(loggers: list[Logger], root: str) -> Path:
     """:func:`lmc.tasks.rundir.run_dir` without a Trainer: the first logger's run folder."""
-    for logger in loggers:  # create the log folders before anything is written into them
-        _ = logger.experiment
+    # create the log folders before anything is written into them
+    for logger in loggers:
+        _ = logger.experiment  # type: ignore[attr-defined]  # not on Lightning's Logger base
     return logger_dir(loggers[0], root) if loggers else Path(root)
 
 
@@ -126,6 +128,7 @@ class PopulationFit:
         direct = DirectBuild.plan(self.cfg.model, first.model) if alone and len(rest) > 1 else None
         twin = direct.matches(rest[0], self._task) if direct is not None else None
         if twin is not None:
+            assert direct is not None  # twin is its build
             self.tasks.append(twin)
             build, rest, self.built_from = direct, rest[1:], "direct"
         self.tasks += [build(seed) for seed in rest]
@@ -251,7 +254,9 @@ class PopulationFit:
                 )
 
         def on_epoch_start(epoch: int) -> None:
-            for event in pruning.due(epoch) if pruning is not None else []:
+            if pruning is None:
+                return
+            for event in pruning.due(epoch):
                 pruning.prune(event, self.params, self.buffers, self.optimizer)
 
         def on_epoch_end(epoch: int, step: int, train_loss: Tensor) -> None:
@@ -391,13 +396,13 @@ class PopulationFit:
                 if member is None:
                     continue
                 csv = isinstance(member, CSVLogger)
-                if csv:
+                if isinstance(member, CSVLogger):
                     path = Path(member.experiment.log_dir) / member.experiment.NAME_HPARAMS_FILE
                 if csv and csv_text is not None:
                     # the first member's hparams.yaml with this one's seed: one YAML dump for
                     # all (Lightning dumps the whole dict twice a call, key by key first)
                     text = csv_text(seed)
-                    atomic_write(path, lambda f, text=text: f.write(text), mode="w")
+                    atomic_write(path, methodcaller("write", text), mode="w")
                 else:  # the CLI's config: all a run logs (lmc.engine.seam.log_config_only)
                     member.log_hyperparams(cfg)
                     if csv:

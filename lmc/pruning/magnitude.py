@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -99,13 +99,20 @@ def _remove_dense_hooks(module: nn.Module) -> None:
             del module._load_state_dict_pre_hooks[key]
 
 
+def _tensor(module: nn.Module, name: str) -> Tensor:
+    """``module.<name>``, a parameter or buffer (``nn.Module.__getattr__`` says either)."""
+    return cast(Tensor, getattr(module, name))
+
+
 @torch.no_grad()
 def _set_mask(module: nn.Module, mask: Tensor) -> None:
     if is_pruned(module):
-        module.weight_mask.copy_(mask)
-        module.weight = module.weight_orig * module.weight_mask  # refresh until next forward
+        _tensor(module, "weight_mask").copy_(mask)
+        # refresh until next forward
+        module.weight = _tensor(module, "weight_orig") * _tensor(module, "weight_mask")
     else:
-        prune.custom_from_mask(module, "weight", mask.to(module.weight.device, module.weight.dtype))
+        weight = _tensor(module, "weight")
+        prune.custom_from_mask(module, "weight", mask.to(weight.device, weight.dtype))
         module.register_state_dict_post_hook(_dense_state_dict)
         module.register_load_state_dict_pre_hook(_load_dense)
 
@@ -125,7 +132,7 @@ def prune_magnitude(
     """
     masks = {}
     for name, module in weight_layers(model, layers).items():
-        old = module.weight_mask if is_pruned(module) else None
+        old = _tensor(module, "weight_mask") if is_pruned(module) else None
         masks[name] = magnitude_mask(effective_weight(module), rate, old)
         _set_mask(module, masks[name])
     return masks
@@ -135,12 +142,12 @@ def apply_masks(model: nn.Module, masks: Mapping[str, Tensor]) -> None:
     """Register (or overwrite) the given masks, e.g. restored from a checkpoint."""
     layers = weight_layers(model, masks.keys())
     for name, mask in masks.items():
-        _set_mask(layers[name], mask.to(layers[name].weight.device))
+        _set_mask(layers[name], mask.to(_tensor(layers[name], "weight").device))
 
 
 def get_masks(model: nn.Module) -> dict[str, Tensor]:
     """The current masks (the ``weight_mask`` buffers) of every pruned layer, by layer name."""
-    return {n: m.weight_mask for n, m in weight_layers(model).items() if is_pruned(m)}
+    return {n: _tensor(m, "weight_mask") for n, m in weight_layers(model).items() if is_pruned(m)}
 
 
 def make_permanent(model: nn.Module) -> nn.Module:
@@ -206,6 +213,7 @@ def rewind(model: nn.Module, init_state: Mapping[str, Tensor]) -> None:
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
     for key, value in init_state.items():
+        target: Tensor
         if key + "_orig" in params:
             target = params[key + "_orig"]
         elif key in params:
@@ -217,4 +225,4 @@ def rewind(model: nn.Module, init_state: Mapping[str, Tensor]) -> None:
         target.copy_(value)
     for module in weight_layers(model).values():
         if is_pruned(module):
-            module.weight = module.weight_orig * module.weight_mask
+            module.weight = _tensor(module, "weight_orig") * _tensor(module, "weight_mask")

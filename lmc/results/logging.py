@@ -136,7 +136,7 @@ def _log_wandb(
 
     run = logger.experiment
     payload: dict[str, Any] = {
-        f"{prefix}/{name}": wandb.Table(columns=t.columns, data=to_plain(t.rows))
+        f"{prefix}/{name}": wandb.Table(columns=list(t.columns), data=to_plain(t.rows))
         for name, t in tables.items()
     }
     payload.update({f"{prefix}/{name}": wandb.Image(str(p)) for name, p in figures.items()})

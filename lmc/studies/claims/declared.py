@@ -190,7 +190,7 @@ class Claim:
     test: str
     expect: str
     cells: tuple[Cell, ...]
-    replicate: dict[str, str]  # stage -> its replicate key
+    replicate: dict[str, str | None]  # stage -> its replicate key (None: it has none)
     paper: str = ""
     effect: float | None = None
     x: str | None = None
@@ -517,6 +517,7 @@ def _claim(
         raise StudyError(
             f"{at}: a fit claim has no scale: model: exp already fits log y (model: linear y)"
         )
+    cells: tuple[Cell, ...]
     if test in ("difference", "equivalent"):
         if "a" not in raw or "b" not in raw:
             raise StudyError(f"{at}: a {test} claim needs cells `a` and `b`")
@@ -652,7 +653,9 @@ def check_claim_metrics(claims: Sequence[Claim], produced: Mapping[str, set[str]
     for claim in claims:
         for stage, metrics in claim.metrics.items():
             known = produced.get(stage)
-            for metric in sorted(metrics) if known is not None else ():
+            if known is None:
+                continue
+            for metric in sorted(metrics):
                 why = _not_produced(metric, known)
                 if why:
                     raise StudyError(

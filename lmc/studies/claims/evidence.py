@@ -76,8 +76,9 @@ def _datasets(root: Path, plan: list[Mapping[str, Any]]) -> dict[str, dict[str, 
         if isinstance(node, Mapping):
             path = node.get("class_path")
             cls = class_named(path) if isinstance(path, str) and "." in path else None
-            if isinstance(getattr(cls, "dataset_name", None), str):
-                names.add(cls.dataset_name)
+            dataset_name = getattr(cls, "dataset_name", None)
+            if isinstance(dataset_name, str):
+                names.add(dataset_name)
             for v in node.values():
                 walk(v)
         elif isinstance(node, list):

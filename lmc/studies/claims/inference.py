@@ -65,7 +65,7 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> In
 
 
 def welch_interval(
-    a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE
+    a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, confidence: float = CONFIDENCE
 ) -> Interval:
     """``mean(a) - mean(b)`` with Welch's interval (``scipy.stats.ttest_ind``, unequal
     variances): two cells without shared replicates."""

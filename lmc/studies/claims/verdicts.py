@@ -153,7 +153,8 @@ def independent(ends: Mapping[Any, frozenset[str]]) -> list[Any]:
     """The replicates kept for an analysis that assumes independent ones: in order, each whose
     models none kept before it shares (all of them when no two share a model; one per
     reference in a design that pairs one reference with every other seed)."""
-    kept, used = [], set()
+    kept: list[Any] = []
+    used: set[str] = set()
     for key, models in ends.items():
         if not models & used:
             kept.append(key)
@@ -421,6 +422,7 @@ def _trend_matrix(
     """Rows: replicates; columns: x values; the metric per cell (on the claim's scale); the
     models each replicate's row was measured on; the values ``log`` left out."""
     cell = claim.cells[0]
+    assert claim.x is not None  # a trend claim has x
     replicate = claim.replicate.get(cell.stage)
     columns: dict[Any, Values] = {}
     if TEMPLATE in cell.metric:

@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -138,7 +138,9 @@ def cell_key(value: Any) -> Hashable:
     return value
 
 
-def interval(values: Sequence[float], confidence: float = CONFIDENCE) -> dict[str, float]:
+def interval(
+    values: Sequence[float] | np.ndarray, confidence: float = CONFIDENCE
+) -> dict[str, float]:
     """``n``, ``n_nonfinite``, ``mean``, ``std`` (ddof 1) and the two-sided Student-t
     interval ``mean ± t_{(1+confidence)/2, n-1} std / sqrt(n)`` of the finite ``values``;
     ``std`` and the interval are NaN for fewer than two finite values, the mean for none."""
@@ -323,7 +325,8 @@ def _replicates(data: Mapping[str, Any] | Study, stage: str) -> tuple[str, ...]:
     else:
         for ev in data.get("evaluate") or []:
             if ev.get("name") == stage:
-                return (_selection(ev).get("vary"),)
+                # vary is required: a study file as validated when it ran
+                return (cast(str, _selection(ev).get("vary")),)
     keys = stage_keys(data).get(stage, ())
     return (SEED_KEY,) if SEED_KEY in keys else ()
 

@@ -321,7 +321,10 @@ def check_metrics(
         else:
             have = _available(tidy, stage=spec.stage)
             what = f"stage {spec.stage!r}"
-        wanted = [*spec.y, *([spec.x] if spec.kind == "scatter" else [])]
+        wanted = list(spec.y)
+        if spec.kind == "scatter":
+            assert spec.x is not None  # a scatter figure requires x
+            wanted.append(spec.x)
         for metric in wanted:
             if metric not in have:
                 close = difflib.get_close_matches(metric, have, n=1)

@@ -350,7 +350,7 @@ def _heatmap(ax: Axes, spec: FigureSpec, tidy: pd.DataFrame, series: pd.DataFram
         ax.set_facecolor("lightgray")
     ax.set_xticks(range(len(cols)), [_label(v) for v in cols])
     ax.set_yticks(range(len(rows)), [_label(v) for v in rows])
-    ax.set_ylabel(spec.ylabel or spec.rows)
+    ax.set_ylabel(spec.ylabel or spec.rows or "")
     return summary, int(finite.sum()), None
 
 
@@ -412,12 +412,12 @@ def render_figure(
     if spec.kind != "heatmap":
         ax.grid(alpha=0.3)
         if spec.kind != "curve":  # a curve's x label is its series' axis
-            ax.set_xlabel(spec.xlabel or spec.x)
+            ax.set_xlabel(spec.xlabel or spec.x or "")
         ax.set_ylabel(spec.ylabel or (spec.y[0] if len(spec.y) == 1 else "value"))
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     else:
-        ax.set_xlabel(spec.xlabel or spec.x)
+        ax.set_xlabel(spec.xlabel or spec.x or "")
     ax.set_title(spec.title or spec.name, fontsize=10)
     fig.tight_layout()
     paths = {suffix: _save(fig, out_dir / f"{spec.name}.{suffix}", spec.name) for suffix in SAVED}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ def hashable(value: Any) -> Any:
     return value
 
 
-def endpoints(job: dict[str, Any]) -> str:
+def endpoints(job: Mapping[str, Any]) -> str:
     """The models a job's metrics were measured on, as space-separated job ids: an evaluate
     job's inputs (the trained models it selects), else the job itself (a training, a member of
     a population, a spawned child). Two replicates that share one are not independent

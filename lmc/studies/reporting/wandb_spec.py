@@ -328,9 +328,9 @@ def report_spec(
     logged = _logged_prefixes(store, plan["jobs"])
     panels = [_panel(fig, kinds, stages, logged) for fig in figures]
     tables = [_table(n, rows) for n, rows in (summary_tables or {}).items()]
-    counts = ", ".join(f"{s}: {c['done']} of {c['planned']} done" for s, c in jobs.items())
+    done = ", ".join(f"{s}: {c['done']} of {c['planned']} done" for s, c in jobs.items())
     description = (
-        f"Study {name}: W&B group {name}, one job type per stage ({counts}). Figures over the "
+        f"Study {name}: W&B group {name}, one job type per stage ({done}). Figures over the "
         "runs' summaries; the study's report.html has the exact figures."
     )
     return {

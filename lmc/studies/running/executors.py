@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 import time
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,8 +30,11 @@ class Handle(Protocol):
 
 
 class Executor(Protocol):
-    #: how many jobs may run at once (``None``: as many as are ready; the cluster queues them)
-    capacity: int | None
+    @property
+    def capacity(self) -> int | None:
+        """How many jobs may run at once (``None``: as many as are ready; the cluster queues
+        them)."""
+        ...
 
     def submit(self, root: Path, job: Job, inputs: list[Job], extra_args: list[str]) -> Handle: ...
 
@@ -148,7 +152,7 @@ class LocalPool:
 
     def __init__(self, workers: int) -> None:
         if "forkserver" in mp.get_all_start_methods():
-            context = mp.get_context("forkserver")
+            context: BaseContext = mp.get_context("forkserver")
             context.set_forkserver_preload(["lmc.engine.app"])
             from multiprocessing import forkserver, resource_tracker
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -91,7 +91,7 @@ def job_id(
     """Short sha256 of the job's resolved args (canonical JSON), its inputs' ids and the content
     of its base configs, so editing a value or a base config makes a new job."""
     paths = {str(p) for p in configs}  # where the repository sits does not change a job
-    payload = {
+    payload: dict[str, Any] = {
         "stage": stage,
         "command": command,
         "args": sorted("<config>" if a in paths else a for a in args),
@@ -105,7 +105,7 @@ def job_id(
 
 
 def grid_points(
-    grid: Mapping[str, list[Any]], zip_groups: tuple[tuple[str, ...], ...]
+    grid: Mapping[str, list[Any]], zip_groups: Sequence[Sequence[str]]
 ) -> list[dict[str, Any]]:
     """Every point of ``grid``: the product over the keys, each zip group as one axis whose
     values go together. Keys keep the order of the grid."""
@@ -246,7 +246,7 @@ def _population_jobs(study: Study, base: tuple[str, ...]) -> list[Job]:
 
 
 def seed_groups(
-    grid: Mapping[str, list[Any]], zip_groups: tuple[tuple[str, ...], ...]
+    grid: Mapping[str, list[Any]], zip_groups: Sequence[Sequence[str]]
 ) -> dict[str, tuple[dict[str, Any], tuple[Any, ...]]]:
     """Per point of the grid's keys other than the seed (keyed by its ``repr``): that point and
     its seeds, in grid order (the seeds that train as one population)."""

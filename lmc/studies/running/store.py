@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -113,7 +113,7 @@ class StudyStore:
         # (jobs, results, series); a job redone or edited since has another signature
         self._damage = _DAMAGE.setdefault(self.root, {})
 
-    def job_dir(self, job: Job | dict[str, Any]) -> Path:
+    def job_dir(self, job: Job | Mapping[str, Any]) -> Path:
         stage, jid = (job.stage, job.id) if isinstance(job, Job) else (job["stage"], job["id"])
         return self.root / "jobs" / stage / jid
 
@@ -196,7 +196,7 @@ class StudyStore:
             return None
         return saved.get("jobs")
 
-    def record(self, job: Job | dict[str, Any]) -> dict[str, Any] | None:
+    def record(self, job: Job | Mapping[str, Any]) -> dict[str, Any] | None:
         """The job's ``job.json``, or ``None`` if it has none (never run, or killed)."""
         path = self.job_dir(job) / JOB_FILE
         if not path.is_file():
@@ -206,14 +206,14 @@ class StudyStore:
         except ValueError:
             return None
 
-    def is_done(self, job: Job | dict[str, Any]) -> bool:
+    def is_done(self, job: Job | Mapping[str, Any]) -> bool:
         rec = self.record(job)
         return rec is not None and rec.get("status") == "done"
 
     def write_record(self, job: Job, payload: dict[str, Any]) -> None:
         _write_json(self.job_dir(job) / JOB_FILE, {**job.to_json(), **payload})
 
-    def run_dir(self, job: Job | dict[str, Any]) -> Path:
+    def run_dir(self, job: Job | Mapping[str, Any]) -> Path:
         """The job's run folder: the one folder under ``<job folder>/lmc/`` with config.yaml.
 
         Raises:
@@ -238,7 +238,7 @@ class StudyStore:
         """Remove what an unfinished attempt left in the job's folder."""
         shutil.rmtree(self.job_dir(job), ignore_errors=True)
 
-    def damage(self, job: Job | dict[str, Any]) -> str | None:
+    def damage(self, job: Job | Mapping[str, Any]) -> str | None:
         """Why a done job's outputs cannot be read (its run folder, its ``summary.json``, its
         checkpoints), or ``None`` when they can (or the job is not done). Cheap: records are
         parsed, checkpoints only checked to be whole zip archives (torch's format)."""
@@ -260,7 +260,7 @@ class StudyStore:
         self._damage[job_id(job)] = (signature, why)
         return why
 
-    def set_aside(self, job: Job | dict[str, Any]) -> Path:
+    def set_aside(self, job: Job | Mapping[str, Any]) -> Path:
         """Move a damaged job's folder to ``<root>/damaged/<job id>-<n>`` (kept for a look, out
         of the way of the job's rerun); returns where it went."""
         folder = self.root / DAMAGED_DIR
@@ -294,7 +294,7 @@ def _stat(path: Path) -> os.stat_result | None:
         return None
 
 
-def job_id(job: Job | dict[str, Any]) -> str:
+def job_id(job: Job | Mapping[str, Any]) -> str:
     return job.id if isinstance(job, Job) else str(job["id"])
 
 

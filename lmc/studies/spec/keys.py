@@ -38,7 +38,7 @@ def has_key(cfg: Mapping[str, Any], dotted: str) -> bool:
 
 def near_keys(cfg: Mapping[str, Any], dotted: str) -> str:
     node: Any = cfg
-    prefix = []
+    prefix: list[str] = []
     for part in dotted.split("."):
         try:
             node, prefix = _child(node, part), [*prefix, part]
