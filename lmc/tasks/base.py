@@ -24,7 +24,7 @@ Split = Literal["train", "val", "test"]
 
 
 def split_batches(
-    datamodule: Any, splits: list[str], max_batches: int | None, device: Any
+    datamodule: Any, splits: Sequence[str], max_batches: int | None, device: Any
 ) -> dict[str, list]:
     """Cached batches per split; ``train`` is the fixed, un-augmented alignment subset of train."""
     loaders = {
@@ -40,7 +40,7 @@ def split_batches(
 
 
 def eval_and_align_batches(
-    datamodule: Any, splits: list[str], max_batches: int | None, device: Any
+    datamodule: Any, splits: Sequence[str], max_batches: int | None, device: Any
 ) -> tuple[dict[str, list], list]:
     """The cached evaluation splits and the alignment subset (shared with ``train`` if asked)."""
     batches = split_batches(datamodule, splits, max_batches, device)
@@ -55,7 +55,8 @@ class LazyBatches(Sequence):
     the others, e.g. the training split of a merge method that trains."""
 
     def __init__(self, load: Callable[[], list]) -> None:
-        self._load, self._batches = load, None
+        self._load = load
+        self._batches: list | None = None
 
     @property
     def batches(self) -> list:
@@ -85,6 +86,11 @@ def default_loss(datamodule: Any) -> LossName:
     return (
         "mse" if getattr(datamodule, "task", "classification") == "regression" else "cross_entropy"
     )
+
+
+def datamodule_of(trainer: L.Trainer) -> Any:
+    """``trainer.datamodule``: the data module of the running ``fit`` / ``validate``."""
+    return trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning, undeclared
 
 
 @contextmanager
@@ -157,7 +163,9 @@ def save_task_hparams(module: L.LightningModule, ignore: Sequence[str] = ()) -> 
     when loading).
     """
     if given_hyperparameters() is None:
-        module.save_hyperparameters(ignore=list(ignore), frame=inspect.currentframe().f_back)
+        frame = inspect.currentframe()
+        assert frame is not None  # None only off CPython
+        module.save_hyperparameters(ignore=list(ignore), frame=frame.f_back)
         # option groups given as dataclasses are stored as plain mappings (the CLI's already are)
         for key, value in list(module.hparams.items()):
             if is_dataclass(value) and not isinstance(value, type):
@@ -179,7 +187,7 @@ class LMCTask(L.LightningModule):
     @property
     def loss_name(self) -> LossName:
         """``mse`` for a regression data module, else ``cross_entropy``."""
-        return default_loss(self.trainer.datamodule)
+        return default_loss(datamodule_of(self.trainer))
 
 
 class EvaluationTask(LMCTask, ABC):

@@ -137,7 +137,8 @@ class CapturedStep:
         sx.copy_(x)
         sy.copy_(y)
         if self.graph is None:
-            self._record(optimizer)
+            self._record(optimizer, sx, sy)
+        assert self.graph is not None and self.result is not None  # recorded above
         with counted_step(optimizer):  # Lightning's step count (the manual loop's hooks)
             self.graph.replay()
         out, loss = self.result
@@ -155,8 +156,7 @@ class CapturedStep:
         torch.cuda.current_stream(x.device).wait_stream(stream)
         return out.detach(), loss.detach()
 
-    def _record(self, optimizer: Any) -> None:
-        sx, sy = self.static
+    def _record(self, optimizer: Any, sx: Tensor, sy: Tensor) -> None:
         optimizer.zero_grad()  # the recorded backward writes the gradients, not adds to them
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.core.optimizer import LightningOptimizer
 from torch import Tensor, nn
+from torch.optim.lr_scheduler import LRScheduler
 from torchmetrics import MeanSquaredError, Metric, MetricCollection
 
 from lmc.optim import default_optimizer
@@ -28,6 +30,8 @@ class BatchMean(Metric):
     """
 
     full_state_update = False
+    total: Tensor
+    count: Tensor
 
     def __init__(self) -> None:
         super().__init__()
@@ -55,6 +59,8 @@ class Accuracy(Metric):
     """
 
     full_state_update = False
+    correct: Tensor
+    total: Tensor
 
     def __init__(self, num_classes: int) -> None:
         super().__init__()
@@ -170,10 +176,18 @@ class TrainTask(LMCTask, ABC):
 
     def _record(self, stage: str, out: Tensor, loss: Tensor, y: Tensor) -> None:
         """Update the stage's epoch loss and metrics with a batch (and log the step's loss)."""
-        self.losses[f"{stage}_"].update(loss.detach(), y.shape[0])
-        self.metrics[f"{stage}_"].update(out.detach(), y)
+        losses, metrics = self._stage_metrics(stage)
+        losses.update(loss.detach(), y.shape[0])
+        metrics.update(out.detach(), y)
         if stage == "train" and self._logging_step():
             self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False)
+
+    def _stage_metrics(self, stage: str) -> tuple[BatchMean, MetricCollection]:
+        """The stage's epoch loss and metrics."""
+        return (
+            cast(BatchMean, self.losses[f"{stage}_"]),
+            cast(MetricCollection, self.metrics[f"{stage}_"]),
+        )
 
     def _logging_step(self) -> bool:
         """Whether the trainer writes step metrics after this step (``log_every_n_steps``);
@@ -188,7 +202,7 @@ class TrainTask(LMCTask, ABC):
         object on every step costs Lightning ~1 ms of bookkeeping per call, which is a large
         share of a small network's step. ``compute`` syncs the metric states across processes.
         """
-        losses, metrics = self.losses[f"{stage}_"], self.metrics[f"{stage}_"]
+        losses, metrics = self._stage_metrics(stage)
         if not losses.update_called:
             return
         values = {f"{stage}/loss": losses.compute(), **metrics.compute()}
@@ -225,7 +239,7 @@ class TrainTask(LMCTask, ABC):
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         if self.automatic_optimization:
             return self._shared_step(batch, "train")
-        optimizer = self.optimizers()
+        optimizer = cast(LightningOptimizer, self.optimizers())  # configure_optimizers: one
         x, y = self._layout(batch)
         replayed = self._captured_step(optimizer, (x, y)) if self._captured_step else None
         if replayed is None:
@@ -245,7 +259,7 @@ class TrainTask(LMCTask, ABC):
             trainer = self.trainer
             last = trainer.is_last_batch or batch_idx + 1 == trainer.num_training_batches
             if self.scheduler_interval == "step" or last:
-                self.lr_schedulers().step()
+                cast(LRScheduler, self.lr_schedulers()).step()  # the one configured
         return loss.detach()
 
     def on_fit_start(self) -> None:

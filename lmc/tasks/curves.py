@@ -37,6 +37,7 @@ from lmc.permutation.spec import PermutationSpec
 from lmc.tasks.base import (
     LMCTask,
     SpecSource,
+    datamodule_of,
     default_loss,
     point_progress,
     save_task_hparams,
@@ -79,6 +80,8 @@ class CurveTask(LMCTask):
             spec, else derived with ``torch.fx`` from the data), ``builtin``, ``derive`` or
             ``package.module:function`` (:mod:`lmc.permutation.source`).
     """
+
+    aligned: Tensor  # buffer: whether theta_2 is aligned to theta_1 (kept in the checkpoint)
 
     # Flat keys before the options were grouped (old key -> new key under model.init_args);
     # lmc.engine.moved names the new key when a config still uses an old one.
@@ -155,7 +158,7 @@ class CurveTask(LMCTask):
     # data helpers --------------------------------------------------------------------------
     @property
     def _dm(self) -> Any:
-        return self.trainer.datamodule
+        return datamodule_of(self.trainer)
 
     def _train_subset(self, max_batches: int | None) -> list:
         return split_batches(self._dm, ["train"], max_batches, self.device)["train"]
@@ -165,7 +168,7 @@ class CurveTask(LMCTask):
 
     def _spec(self) -> PermutationSpec:
         """The permutation spec (``spec``), derived from the data module's inputs if needed."""
-        dm = self._trainer.datamodule if self._trainer is not None else None
+        dm = datamodule_of(self._trainer) if self._trainer is not None else None
         return self.spec.resolve(dm, self.device)
 
     # alignment ---------------------------------------------------------------------------
@@ -228,7 +231,7 @@ class CurveTask(LMCTask):
         penalty = 0.5 * wd * flat.square().sum() if wd else flat.new_zeros(())
         return loss, penalty, out
 
-    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
         x, y = batch[0], batch[1]
         t = float(torch.rand(()))
         loss, penalty, out = self.curve_loss(x, y, t)

@@ -27,7 +27,7 @@ from lmc.engine.seam import counted_step
 #: the hooks Lightning dispatches between a manual step's loss and its parameter update
 HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
 _STRATEGY = ("backward", "pre_backward", "post_backward", "optimizer_step")
-_PRECISION = ("pre_backward", "backward", "post_backward", "optimizer_step")
+_PRECISION: tuple[str, ...] = ("pre_backward", "backward", "post_backward", "optimizer_step")
 _PRECISION += ("_wrap_closure", "_after_closure")
 
 
@@ -44,7 +44,9 @@ def direct_step_allowed(task: L.LightningModule, trainer: L.Trainer) -> bool:
     if any(is_overridden(hook, task) for hook in HOOKS):
         return False
     return not any(
-        is_overridden(hook, cb, L.Callback) for cb in trainer.callbacks for hook in HOOKS
+        is_overridden(hook, cb, L.Callback)
+        for cb in trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning, undeclared
+        for hook in HOOKS
     )
 
 

@@ -4,7 +4,7 @@ the barriers between them before and after matching (the quickstart's main job).
 from __future__ import annotations
 
 import copy
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from lightning.pytorch.cli import OptimizerCallable
@@ -21,6 +21,7 @@ from lmc.permutation.matchers import MATCHERS
 from lmc.tasks.base import (
     LMCTask,
     SpecSource,
+    datamodule_of,
     default_loss,
     eval_and_align_batches,
     save_task_hparams,
@@ -78,16 +79,16 @@ class TrainAndInterpolateTask(LMCTask):
     @property
     def loss_name(self) -> LossName:
         """``loss`` if given, else the data module's."""
-        return self._loss_override or default_loss(self.trainer.datamodule)
+        return self._loss_override or default_loss(datamodule_of(self.trainer))
 
     def _step(self, batch: Any, stage: str) -> Tensor:
         x, y = batch
-        total = 0.0
+        total: Tensor | float = 0.0
         for i, net in enumerate(self.nets):
             loss = batch_loss(net(x), y, self.loss_name) / x.shape[0]
             self.log(f"{stage}/loss_{i}", loss.detach(), on_step=False, on_epoch=True)
             total = total + loss
-        return total
+        return cast(Tensor, total)  # a sum of num_models >= 2 tensors
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         return self._step(batch, "train")
@@ -99,7 +100,7 @@ class TrainAndInterpolateTask(LMCTask):
         return self.optimizer(self.parameters())
 
     def on_train_end(self) -> None:
-        dm = self.trainer.datamodule
+        dm = datamodule_of(self.trainer)
         splits, align = eval_and_align_batches(dm, self.splits, self.max_batches, self.device)
         states = [{k: v.detach().clone() for k, v in net.state_dict().items()} for net in self.nets]
         self.result = interpolation_study(

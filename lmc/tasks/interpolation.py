@@ -23,6 +23,7 @@ from lmc.permutation.matchers import MATCHERS
 from lmc.tasks.base import (
     EvaluationTask,
     SpecSource,
+    datamodule_of,
     default_loss,
     eval_and_align_batches,
     point_progress,
@@ -159,19 +160,19 @@ class InterpolationTask(EvaluationTask):
         return keys
 
     def evaluate(self) -> None:
-        dm = self.trainer.datamodule
+        dm = datamodule_of(self.trainer)
         overlap = self._overlap(dm) if self.overlap else None  # refuses a data module first
         splits, align = eval_and_align_batches(dm, self.splits, self.max_batches, self.device)
         n = len(self.states)
         paths = n * (n - 1) // 2 * (1 if self.matcher == "none" else 2)
         with point_progress(self.trainer, paths * self.num_alphas, "interpolation points") as step:
-            self._study(dm, splits, align, step)
+            result = self._study(dm, splits, align, step)
         if self.entropy:
-            self.result.summary.update(self._entropies())
+            result.summary.update(self._entropies())
         if overlap is not None:
-            self.result.summary["overlap_proportion"] = overlap
-        out = log_study(self.trainer, self.result)
-        s = self.result.summary
+            result.summary["overlap_proportion"] = overlap
+        out = log_study(self.trainer, result)
+        s = result.summary
         matched = (
             ""
             if self.matcher == "none"
@@ -191,8 +192,8 @@ class InterpolationTask(EvaluationTask):
         if self.save_matched and self.trainer.is_global_zero:
             self._save_matched(out)
 
-    def _study(self, dm: Any, splits: dict, align: list, step: Any) -> None:
-        self.result = interpolation_study(
+    def _study(self, dm: Any, splits: dict, align: list, step: Any) -> StudyResult:
+        self.result = result = interpolation_study(
             self.net,
             self.states,
             splits,
@@ -207,9 +208,10 @@ class InterpolationTask(EvaluationTask):
             on_point=step,
             barrier_definition=self.barrier,
         )
-        for key, value in self.result.summary.items():
+        for key, value in result.summary.items():
             if key.startswith(("barrier_", "merge_")):
                 self.log(f"interp/{key}", float(value))
+        return result
 
     def _entropies(self) -> dict[str, float]:
         """``entropy_first`` and ``entropy_max`` (Gaussian closed form), mean over the

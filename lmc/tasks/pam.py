@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
+from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
+from torch.optim.lr_scheduler import LRScheduler
 
 from lmc.curves.birkhoff import project_doubly_stochastic
 from lmc.curves.evaluate import curve_objective, t_grid
@@ -57,6 +59,10 @@ class PAMTask(CurveTask):
             ``optimizer``, ``lr_scheduler`` (stepped once per curve epoch), ``evaluation``,
             ``batchnorm``, ``plane``, ``robust`` and ``spec``.
     """
+
+    # buffers: whether PAM has set its start, and the curve offset of the last rounding
+    pam_started: Tensor
+    anchor: Tensor
 
     moved_keys: ClassVar[dict[str, str]] = {
         **CurveTask.moved_keys,
@@ -180,7 +186,7 @@ class PAMTask(CurveTask):
         return torch.cat([permuted[n].reshape(-1) for n in self.curve.names])
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
-        perm_opt, curve_opt = self.optimizers()
+        perm_opt, curve_opt = cast(list[LightningOptimizer], self.optimizers())  # the two
         o = self.pam_opts
         x, y = batch[0], batch[1]
         t = float(torch.rand(()))
@@ -219,7 +225,7 @@ class PAMTask(CurveTask):
         k, phase = self._phase(self.current_epoch)
         if phase == "perm" and self._phase(self.current_epoch + 1) != (k, "perm"):
             self.round_permutation()
-        sched = self.lr_schedulers()
+        sched = cast(LRScheduler | None, self.lr_schedulers())  # one stepped per epoch, or none
         if phase == "curve" and sched is not None:
             sched.step()
 
