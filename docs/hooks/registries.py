@@ -15,15 +15,27 @@ def _table() -> str:
     from lmc.studies.reporting.figure_spec import FIGURE_KINDS
     from lmc.studies.spec.schema import EVALUATE_KINDS
 
-    lines = []
-    for title, registry in (("Matchers", MATCHERS), ("Merge methods", MERGE_METHODS)):
-        lines += [f"### {title} (`{registry.kind}`)", "", "| name | function |", "| --- | --- |"]
-        for name in registry.names():
-            fn = registry.get(name)
-            fn = getattr(fn, "permutations", fn)  # a permutation method: the function it wraps
-            path = f"{fn.__module__}.{fn.__qualname__}"
-            lines.append(f"| `{name}` | [`{path}`][{path}] |")
-        lines.append("")
+    def link(fn: Any) -> str:
+        fn = getattr(fn, "permutations", fn)  # a permutation method: the function it wraps
+        path = f"{fn.__module__}.{fn.__qualname__}"
+        return f"[`{path}`][{path}]"
+
+    lines = [f"### Matchers (`{MATCHERS.kind}`)", "", "| name | function |", "| --- | --- |"]
+    lines += [f"| `{name}` | {link(MATCHERS.get(name))} |" for name in MATCHERS.names()]
+    lines += [
+        "",
+        f"### Merge methods (`{MERGE_METHODS.kind}`)",
+        "",
+        "| name | function | trains | needs | options | paper |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in MERGE_METHODS.names():
+        e = MERGE_METHODS.entry(name)
+        needs = ", ".join(f"`{n}`" for n in e.needs) or "-"
+        options = ", ".join(f"`{o}`" for o in e.options) or "-"
+        trains = "yes (`lmc fit`)" if e.trains else "no"
+        lines.append(f"| `{name}` | {link(e.fn)} | {trains} | {needs} | {options} | {e.paper} |")
+    lines.append("")
     lines += [
         "### Other named kinds",
         "",

@@ -17,7 +17,7 @@ from torch import nn
 
 from lmc.evaluation import evaluate
 from lmc.interpolation import alpha_grid, interpolate_path
-from lmc.merging import MERGE_METHODS, MergeInputs
+from lmc.merging import MERGE_METHODS, MergeInputs, train_merge
 from lmc.models import MLP
 from lmc.permutation import apply_permutation, spec_for, weight_matching
 
@@ -111,14 +111,17 @@ plt.show()
 # Every merge method is an entry of `lmc.merging.MERGE_METHODS` with one contract: it takes
 # the models (and data where it needs it) as `MergeInputs` and returns a `Merged` (the merged
 # state, permutations where there are any, diagnostics). Plain averaging ignores the
-# symmetry; MergeMany aligns all models to each other first; STE-MM (004 Alg. 1) trains the
-# merged model through the matching with a straight-through estimator.
+# symmetry; MergeMany aligns all models to each other first. STE-MM (004 Alg. 1) *trains*: it
+# builds a search (a module with a loss and a result) that `train_merge` trains with the same
+# plain loop every trained method uses (`lmc fit` trains it with `TrainedMergeTask`).
 
 # %%
 states = [m.state_dict() for m in models]
 inputs = MergeInputs(states, spec, net=probe, align_batches=train[:10], train_batches=train)
-options = {"stemm": {"epochs": 2, "lr": 1e-3}}
 for method in ("naive", "mergemany", "stemm"):
-    merged = MERGE_METHODS.get(method)(inputs, **options.get(method, {}))
+    if MERGE_METHODS.entry(method).trains:
+        merged = train_merge(inputs, method, epochs=2).merged  # Adam, lr 1e-3 (004 App. B.2)
+    else:
+        merged = MERGE_METHODS.get(method)(inputs)
     probe.load_state_dict(merged.state)
     print(f"{method:10s} merged model: test accuracy {evaluate(probe, test).acc:.3f}")

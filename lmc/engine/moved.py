@@ -12,6 +12,46 @@ import yaml
 
 _SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
+_TRAINED = (
+    "lmc.tasks.TrainedMergeTask with methods: [{m}, <methods to compare, e.g. wm_ref>]; "
+    "{search}baselines -> methods (after {m}), save_matched -> save_merged (pi(B) is in "
+    "permutations.pt); see configs/merge/{example}"
+)
+
+#: merge tasks that one merge front door replaced (issue 49), each with its new form
+REPLACED_TASKS: dict[str, str] = {
+    "STEMMTask": _TRAINED.format(
+        m="stemm",
+        search="search.{mixing, keep_best} -> method_options.stemm.*, search.wm_method -> "
+        "wm_method, ",
+        example="mnist_mlp_stemm.yaml",
+    ),
+    "STETask": _TRAINED.format(
+        m="ste",
+        search="search.{mixing, keep_best} -> method_options.ste.*, search.wm_method -> "
+        "wm_method, ",
+        example="mnist_mlp_ste.yaml",
+    ),
+    "SinkhornTask": _TRAINED.format(
+        m="sinkhorn",
+        search="search.* -> method_options.sinkhorn.*, ",
+        example="mnist_mlp_sinkhorn.yaml",
+    ),
+}
+
+
+def replaced_task_error(class_path: str | None) -> str | None:
+    """The error for a model class that was replaced (:data:`REPLACED_TASKS`), or ``None``."""
+    if not class_path:
+        return None
+    module, _, name = class_path.rpartition(".")
+    if module not in ("", "lmc.tasks") or name not in REPLACED_TASKS:
+        return None
+    return (
+        f"model.class_path {class_path} was replaced by one merge task per way of running: "
+        f"use {REPLACED_TASKS[name]}. Update the config to the new form."
+    )
+
 
 def moved_keys_error(args: Any) -> str | None:
     """The error for ``model.init_args`` keys that the model class lists as moved, or ``None``.
@@ -23,6 +63,9 @@ def moved_keys_error(args: Any) -> str | None:
     value rather than a mapping.
     """
     class_path, given = _raw_model_args(args)
+    replaced = replaced_task_error(class_path)
+    if replaced:
+        return replaced
     moved = getattr(class_named(class_path), "moved_keys", None) or {}
     problems: list[str] = []
     for key, value, where in given:

@@ -2,8 +2,10 @@
 
 * :mod:`lmc.merging.ste`: the straight-through estimator for 2 models (004 §2.3) and STE-MM for
   n models (004 §4.1, Alg. 1) with accelerated, warm-started weight matching (§4.2):
-  :class:`STEMM` (proxies + straight-through forward); :mod:`lmc.merging.loop`: the plain
-  loops :func:`ste_mm` and :func:`ste`;
+  :class:`STEMM` (proxies + straight-through forward); :mod:`lmc.merging.loop`: the ``stemm``
+  and ``ste`` methods and :func:`ste_mm` / :func:`ste`;
+* :mod:`lmc.merging.search`: what a merge method that trains builds (:class:`MergeSearch`) and
+  the one plain loop that trains it (:func:`train_search`, :func:`train_merge`);
 * :mod:`lmc.merging.baselines`: :func:`check_models`, weight matching to one reference
   (:func:`wm_to_reference`, 004 §3) and MergeMany (:func:`merge_many_perms`, §5);
 * :mod:`lmc.merging.evaluate`: merged vs original loss/accuracy, pairwise merges (Fig. 4),
@@ -14,14 +16,12 @@
   FedMA, registered with prune-before-align in :mod:`lmc.merging.fusion`;
 * :mod:`lmc.merging.contract`: the one registry of merge methods, :data:`MERGE_METHODS`, every
   entry ``method(MergeInputs, **options) -> Merged`` (``naive``, ``wm_ref``, ``mergemany``,
-  ``ccmm``, ``sinkhorn``, ``otfusion``, ``fedma``, ``stemm``), and :func:`merge_sweep`.
+  ``ccmm``, ``otfusion``, ``fedma``, ``zip``, ``permute``) or, for a method that trains,
+  ``-> MergeSearch`` (``stemm``, ``ste``, ``sinkhorn``), and :func:`merge_sweep`.
 """
 
 from lmc.merging.baselines import (
-    BASELINES,
-    Baseline,
     align_states,
-    baseline_sweep,
     check_models,
     merge_many_perms,
     naive_perms,
@@ -34,6 +34,7 @@ from lmc.merging.contract import (
     Merged,
     MergeInputs,
     MergeMethod,
+    MergeMethodEntry,
     by_permutation,
     check_options,
     merge_sweep,
@@ -55,7 +56,7 @@ from lmc.merging.geometry import (
     pairwise_distances,
     triplet_angles,
 )
-from lmc.merging.loop import STEResult, ste, ste_mm, stemm_merge
+from lmc.merging.loop import STEResult, ste, ste_mm, ste_search, stemm_search
 from lmc.merging.otfusion import (
     FusionResult,
     Pruning,
@@ -64,13 +65,14 @@ from lmc.merging.otfusion import (
     otfusion,
     prune_models,
 )
+from lmc.merging.search import MergeSearch, Progress, SearchRun, train_merge, train_search
 from lmc.merging.sinkhorn import (
     SinkhornRebasin,
     SinkhornResult,
+    SinkhornSearch,
     sinkhorn,
-    sinkhorn_merge,
-    sinkhorn_optimizer,
     sinkhorn_rebasin,
+    sinkhorn_search,
     temperature,
 )
 from lmc.merging.ste import (
@@ -86,15 +88,22 @@ from lmc.merging.zipit import permute_merge, zip_clusters, zip_merge, zip_states
 __all__ = [
     "MergeInputs",
     "MergeMethod",
+    "MergeMethodEntry",
+    "MergeSearch",
     "Merged",
+    "Progress",
+    "SearchRun",
+    "train_merge",
+    "train_search",
     "by_permutation",
     "check_options",
     "merge_sweep",
     "method_options",
     "fedma_merge",
     "otfusion_merge",
-    "sinkhorn_merge",
-    "stemm_merge",
+    "sinkhorn_search",
+    "stemm_search",
+    "ste_search",
     "permute_merge",
     "zip_clusters",
     "zip_merge",
@@ -102,12 +111,12 @@ __all__ = [
     "CCMMResult",
     "SinkhornRebasin",
     "SinkhornResult",
+    "SinkhornSearch",
     "ccmm",
     "ccmm_merge",
     "ccmm_perms",
     "pairwise_permutation",
     "sinkhorn",
-    "sinkhorn_optimizer",
     "sinkhorn_rebasin",
     "temperature",
     "FusionResult",
@@ -119,9 +128,7 @@ __all__ = [
     "materialize",
     "otfusion",
     "prune_models",
-    "BASELINES",
     "MERGE_METHODS",
-    "Baseline",
     "STEMM",
     "MergeEvaluation",
     "MergeSweep",
@@ -130,7 +137,6 @@ __all__ = [
     "OriginalStats",
     "STEResult",
     "align_states",
-    "baseline_sweep",
     "check_models",
     "describe",
     "distance_ratios",

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from torch import Tensor, nn
 
 from lmc.interpolation.states import check_compatible
-from lmc.merging.contract import MERGE_METHODS, MergeInputs, by_permutation, merge_sweep
+from lmc.merging.contract import MERGE_METHODS, by_permutation
 from lmc.permutation import (
     Permutation,
     PermutationSpec,
@@ -36,7 +36,6 @@ from lmc.permutation import (
 from lmc.permutation.weight_matching import Method
 
 StateDict = Mapping[str, Tensor]
-Baseline = str  # a name registered in MERGE_METHODS
 
 
 def check_models(
@@ -172,37 +171,14 @@ def _select(state: StateDict, keys: Sequence[str] | None) -> StateDict:
     return state if keys is None else {k: state[k] for k in keys}
 
 
-MERGE_METHODS.register("naive")(by_permutation(naive_perms))
+MERGE_METHODS.register("naive", paper="the baseline: the plain average, no alignment")(
+    by_permutation(naive_perms)
+)
 # each model of wm_ref is matched on its own: the perms of the first n models are the first n of
 # one run over all models, so one call serves every n of a sweep
-MERGE_METHODS.register("wm_ref")(by_permutation(wm_to_reference, nested=True))
-MERGE_METHODS.register("mergemany")(by_permutation(merge_many_perms))
-
-
-def baseline_sweep(
-    states: Sequence[StateDict],
-    spec: PermutationSpec,
-    baseline: Baseline,
-    num_models: Sequence[int],
-    *,
-    reference: int = 0,
-    keys: Sequence[str] | None = None,
-    method: Method = "accelerated",
-    seed: int = 0,
-) -> dict[int, list[Permutation]]:
-    """The permutations of a permuting merge method (:data:`MERGE_METHODS`) of the first n
-    models for every n in ``num_models``; data-free methods only (see :func:`merge_sweep`).
-
-    Raises:
-        ValueError: a method that does not permute (OTFusion, FedMA).
-    """
-    inputs = MergeInputs(states, spec, keys=keys, reference=reference, seed=seed, wm_method=method)
-    out = {}
-    for n, merged in merge_sweep(inputs, baseline, num_models).items():
-        if merged.perms is None:
-            raise ValueError(f"merge method {baseline!r} returns no permutations")
-        out[n] = merged.perms
-    return out
-
-
-BASELINES: tuple[str, ...] = ("naive", "wm_ref", "mergemany")  # the data-free matching baselines
+MERGE_METHODS.register("wm_ref", paper="weight matching, Ainsworth et al. 2023; 004 §3.1")(
+    by_permutation(wm_to_reference, nested=True)
+)
+MERGE_METHODS.register("mergemany", paper="Ainsworth et al. 2023 App. A.10")(
+    by_permutation(merge_many_perms)
+)

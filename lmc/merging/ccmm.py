@@ -386,4 +386,4 @@ def ccmm_perms(
     return ccmm(states, spec, keys=keys, reference=reference, max_iter=max_iter).perms
 
 
-MERGE_METHODS.register("ccmm")(by_permutation(ccmm_perms))
+MERGE_METHODS.register("ccmm", paper="C2M3, Crisostomi et al. 2024")(by_permutation(ccmm_perms))

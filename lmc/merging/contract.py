@@ -1,25 +1,29 @@
 """The merge contract (SPEC C4, C6, C7): one registry of merge methods, read by name.
 
-A merge method is one function ``method(inputs, **options) -> Merged``:
+A merge method is one function ``method(inputs, **options)``, its options the function's
+keyword parameters (their only home: a config's ``method_options`` are checked against them):
 
 * :class:`MergeInputs` carries the models (full state dicts, on the device to run on), their
   architecture and permutation spec, the matching settings every method may use (``reference``,
   ``keys``, ``seed``, ``wm_method``) and the data a method may need: the fixed alignment subset
-  (activations, BatchNorm), the training split (methods that train: STE-MM, Sinkhorn re-basin,
-  fine-tuning) and each model's own batches (FedMA's clients). A method asks for what it needs
-  with :meth:`MergeInputs.need`, which names the missing piece.
-* :class:`Merged` is what it returns: the merged model's full state (its widths may differ from
-  the net's, as OTFusion's and FedMA's may; BatchNorm statistics are re-estimated by whoever
-  evaluates it), one permutation per model where the method permutes, and its diagnostics.
-* :data:`MERGE_METHODS` holds them all: weight averaging after matching (``naive``, ``wm_ref``,
-  ``mergemany``, ``ccmm``), ``sinkhorn``, ``otfusion``, ``fedma`` and ``stemm``. A method that only
-  finds permutations is registered through :func:`by_permutation`, which averages
-  ``pi_i(theta_i)``. The merge task and a study's merge stage read the registry by name, and a
-  method's keyword options come from the config (``method_options``), checked against its
-  signature before any work.
+  (activations, BatchNorm), the training split (methods that fine-tune) and each model's own
+  batches (FedMA's clients). A method asks for what it needs with :meth:`MergeInputs.need`,
+  which names the missing piece.
+* :class:`Merged` is what a method returns: the merged model's full state (its widths may differ
+  from the net's, as OTFusion's and FedMA's may; BatchNorm statistics are re-estimated by
+  whoever evaluates it), one permutation per model where the method permutes, and its
+  diagnostics.
+* A method that *trains* (STE-MM, STE, Sinkhorn re-basin) is registered with ``trains=True``
+  and returns a :class:`~lmc.merging.search.MergeSearch` instead, a module with a loss and a
+  result: ``lmc fit`` trains it (:class:`lmc.tasks.TrainedMergeTask`), as does the one plain
+  loop :func:`~lmc.merging.search.train_search`.
+* :data:`MERGE_METHODS` holds them all, each as a :class:`MergeMethodEntry` (name, function,
+  whether it trains, the inputs it needs, the paper it implements, its options read from the
+  signature). A method that only finds permutations is registered through
+  :func:`by_permutation`, which averages ``pi_i(theta_i)``.
 
-Adding a method is one function and ``@MERGE_METHODS.register("name")`` in a module imported
-before the config is parsed (the README's "Adding a merge method").
+Adding a method is one function and ``@MERGE_METHODS.register("name", paper=...)`` in a module
+imported before the config is parsed (docs: "Add a merge method").
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
@@ -36,6 +40,9 @@ from lmc.interpolation.states import weighted_average
 from lmc.permutation import Permutation, PermutationSpec, apply_permutation
 from lmc.permutation.weight_matching import Method
 from lmc.registry import Registry, declared
+
+if TYPE_CHECKING:
+    from lmc.merging.ste import ModelBank
 
 StateDict = Mapping[str, Tensor]
 
@@ -65,6 +72,8 @@ class MergeInputs:
         align_batches: the fixed alignment subset (``(x, y)`` batches).
         train_batches: a re-iterable of the training split's batches.
         client_batches: each model's own training batches (FedMA's clients).
+        bank: the models held as module buffers (a :class:`~lmc.merging.ste.ModelBank`), which
+            the searches of a sweep over n share instead of holding a copy each.
     """
 
     states: Sequence[StateDict]
@@ -78,6 +87,7 @@ class MergeInputs:
     align_batches: Sequence[Any] | None = None
     train_batches: Iterable[Any] | None = None
     client_batches: Sequence[Sequence[Any]] | None = None
+    bank: ModelBank | None = None
 
     def first(self, n: int) -> MergeInputs:
         """The inputs of the first ``n`` models."""
@@ -90,7 +100,8 @@ class MergeInputs:
         if value is None:
             raise ValueError(
                 f"merge method {method!r} needs {name} ({_INPUTS[name]}), which its caller did "
-                "not give; run it from a task that has a data module (MergeTask, lmc validate)"
+                "not give; run it from a task that has a data module (lmc.tasks.MergeTask or "
+                "lmc.tasks.TrainedMergeTask)"
             )
         return value
 
@@ -137,11 +148,80 @@ class Merged:
         return cls(weighted_average(aligned), list(perms), diagnostics or {})
 
 
-MergeMethod = Callable[..., Merged]
+#: a registered merge method: ``(inputs, **options) -> Merged``, or for one that trains
+#: ``(inputs, **options) -> MergeSearch``
+MergeMethod = Callable[..., Any]
 
-MERGE_METHODS: Registry[MergeMethod] = Registry(
-    "merge method", "method(inputs: MergeInputs, **options) -> Merged"
-)
+
+@dataclass(frozen=True)
+class MergeMethodEntry:
+    """One registered merge method.
+
+    Attributes:
+        name: the name configs use.
+        fn: the function (``(inputs, **options) -> Merged``; with ``trains``, ``-> MergeSearch``).
+        trains: whether it returns a search to train (``lmc fit``) rather than the merge.
+        needs: the optional :class:`MergeInputs` it always needs (e.g. ``align_batches``).
+        paper: the paper it implements (a short reference; docs: References).
+    """
+
+    name: str
+    fn: MergeMethod
+    trains: bool = False
+    needs: tuple[str, ...] = ()
+    paper: str = ""
+
+    @property
+    def options(self) -> dict[str, inspect.Parameter]:
+        """Its keyword options and their defaults, read from the signature."""
+        return method_options(self.fn)
+
+
+class MergeRegistry(Registry[MergeMethod]):
+    """The merge methods: a :class:`~lmc.registry.Registry` whose entries also say whether they
+    train, what they need and which paper they implement (:class:`MergeMethodEntry`)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "merge method",
+            "method(inputs: MergeInputs, **options) -> Merged (or -> MergeSearch, trains=True)",
+        )
+        self._info: dict[str, MergeMethodEntry] = {}
+
+    def register(  # type: ignore[override]  # the base's one argument, plus keywords
+        self,
+        name: str,
+        *,
+        trains: bool = False,
+        needs: Sequence[str] = (),
+        paper: str = "",
+    ) -> Callable[[MergeMethod], MergeMethod]:
+        """Decorator registering a merge method under ``name``; ``trains``, ``needs`` and
+        ``paper`` as in :class:`MergeMethodEntry`."""
+        unknown = [n for n in needs if n not in _INPUTS]
+        if unknown:
+            raise ValueError(f"needs: unknown inputs {unknown}; choose from {list(_INPUTS)}")
+        add = super().register(name)
+
+        def wrap(fn: MergeMethod) -> MergeMethod:
+            add(fn)
+            self._info[name] = MergeMethodEntry(name, fn, trains, tuple(needs), paper)
+            return fn
+
+        return wrap
+
+    def entry(self, name: str) -> MergeMethodEntry:
+        """The entry of ``name`` (an unknown name: the registry's error listing the known)."""
+        fn = self.get(name)
+        info = self._info.get(name)
+        return info if info is not None and info.fn is fn else MergeMethodEntry(name, fn)
+
+    def trained(self) -> list[str]:
+        """The names of the methods that train."""
+        return [n for n in self.names() if self.entry(n).trains]
+
+
+MERGE_METHODS = MergeRegistry()
 
 #: the arguments :func:`by_permutation` passes from :class:`MergeInputs` (not options)
 _MATCHING_ARGS = ("states", "spec", "keys", "reference", "method", "seed")
@@ -200,16 +280,7 @@ def method_options(fn: MergeMethod) -> dict[str, inspect.Parameter]:
 OPTION_RANGES: dict[str, dict[str, str]] = {
     "mergemany": {"max_rounds": ">=1"},
     "ccmm": {"max_iter": ">=1"},
-    "stemm": {"epochs": ">=1", "lr": ">0", "max_steps": ">=1"},
-    "sinkhorn": {
-        "epochs": ">=1",
-        "lr": ">0",
-        "tau_start": ">0",
-        "tau_end": ">0",
-        "sinkhorn_iters": ">=1",
-        "init_scale": ">=0",
-        "max_steps": ">=1",
-    },
+    "sinkhorn": {"tau_start": ">0", "tau_end": ">0", "sinkhorn_iters": ">=1", "init_scale": ">=0"},
     "otfusion": {
         "prune_rate": "[0,1)",
         "prune_rounds": ">=1",
@@ -242,12 +313,16 @@ def _out_of_range(value: Any, rule: str) -> bool:
     return value < low or value > high or (rule.endswith(")") and value == high)
 
 
-def check_methods(methods: Sequence[str] | None, field: str) -> None:
+def check_methods(methods: Sequence[str] | None, field: str, trained: int | None = None) -> None:
     """Merge method names as given in a config: registered ones, and not an empty list (which
-    ran the default methods while the saved config said ``[]``).
+    ran the default methods while the saved config said ``[]``); with ``trained``, exactly that
+    many of them train (0: ``lmc validate``'s :class:`~lmc.tasks.MergeTask`; 1: ``lmc fit``'s
+    :class:`~lmc.tasks.TrainedMergeTask`).
 
     Raises:
-        ValueError: an empty list or an unknown name (listing the registered ones).
+        ValueError: an empty list, an unknown name (listing the registered ones), or a method
+            that trains where none may (naming ``lmc fit`` and the config to use) or not exactly
+            one where one must.
     """
     if methods is not None and len(methods) == 0:
         raise ValueError(
@@ -256,6 +331,20 @@ def check_methods(methods: Sequence[str] | None, field: str) -> None:
         )
     for m in methods or []:
         MERGE_METHODS.check(m, field)
+    training = [m for m in methods or [] if MERGE_METHODS.entry(m).trains]
+    if trained == 0 and training:
+        raise ValueError(
+            f"{field}: {', '.join(map(repr, training))} trains, and lmc validate does not train; "
+            f"run it with lmc fit and model.class_path lmc.tasks.TrainedMergeTask, {field} "
+            "listing the trained method and the methods to compare with it (e.g. "
+            "configs/merge/mnist_mlp_stemm.yaml)"
+        )
+    if trained == 1 and len(training) != 1:
+        raise ValueError(
+            f"{field} must name exactly one merge method that trains (one of "
+            f"{', '.join(MERGE_METHODS.trained())}), beside the methods compared with it; "
+            f"got {list(methods or [])}"
+        )
 
 
 def _type_error(value: Any, annotation: Any) -> str | None:
@@ -353,8 +442,19 @@ def merge_sweep(
     num_models: Sequence[int],
     options: Mapping[str, Any] | None = None,
 ) -> dict[int, Merged]:
-    """The merge of the first n models by method ``name`` for every n in ``num_models``."""
-    fn = MERGE_METHODS.get(name)
+    """The merge of the first n models by method ``name`` for every n in ``num_models``.
+
+    Raises:
+        ValueError: ``name`` trains (it is trained by ``lmc fit`` or
+            :func:`~lmc.merging.search.train_merge`, not called).
+    """
+    entry = MERGE_METHODS.entry(name)
+    if entry.trains:
+        raise ValueError(
+            f"merge method {name!r} trains: run it with lmc fit and lmc.tasks.TrainedMergeTask "
+            "(configs/merge/mnist_mlp_stemm.yaml), or lmc.merging.train_merge in Python"
+        )
+    fn = entry.fn
     opts = dict(options or {})
     if getattr(fn, "nested", False):
         top = fn(inputs.first(max(num_models)), **opts)

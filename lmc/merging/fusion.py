@@ -18,7 +18,7 @@ from lmc.merging.fedma import fedma, local_train
 from lmc.merging.otfusion import Metric, PruneStrategy, Pruning, otfusion
 
 
-@MERGE_METHODS.register("otfusion")
+@MERGE_METHODS.register("otfusion", paper="Singh & Jaggi 2020; 000 §5")
 def otfusion_merge(
     inputs: MergeInputs,
     *,
@@ -82,7 +82,7 @@ def otfusion_merge(
     return Merged(res.state, None, diagnostics)
 
 
-@MERGE_METHODS.register("fedma")
+@MERGE_METHODS.register("fedma", paper="Wang et al. 2020; 000 §5")
 def fedma_merge(
     inputs: MergeInputs,
     *,

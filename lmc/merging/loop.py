@@ -1,28 +1,25 @@
-"""Plain training loops of STE-MM (004 Alg. 1) and two-model STE (004 §2.3) over
-:class:`~lmc.merging.ste.STEMM`, for notebooks and benchmarks; ``lmc fit`` runs the same steps
-through :class:`lmc.tasks.STEMMTask`.
+"""STE-MM (004 Alg. 1) and two-model STE (004 §2.3) as trained merge methods (``stemm``, ``ste``:
+registered builders of :class:`~lmc.merging.ste.STEMM`), and :func:`ste_mm` / :func:`ste`, their
+runs through the one plain loop :func:`~lmc.merging.search.train_search` for notebooks and
+benchmarks; ``lmc fit`` trains the same search with :class:`lmc.tasks.TrainedMergeTask`.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from lmc.evaluation import LossName
-from lmc.interpolation.states import weighted_average
-from lmc.merging.contract import MERGE_METHODS, Merged, MergeInputs
+from lmc.merging.contract import MERGE_METHODS, MergeInputs
+from lmc.merging.search import OptimizerFactory, train_search
 from lmc.merging.ste import STEMM, Mixing
-from lmc.optim import default_optimizer
 from lmc.permutation import Permutation, PermutationSpec, apply_permutation
 from lmc.permutation.weight_matching import Method
 
 StateDict = Mapping[str, Tensor]
-OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
 @dataclass
@@ -87,28 +84,19 @@ def ste_mm(
         seed=seed,
     )
     device = next(iter(models[0].values())).device
-    search.to(device)
-    opt = (optimizer or default_optimizer)(search.proxy_parameters())
-    result = STEResult(perms=[], aligned=[])
-    steps = 0
-    for _ in range(epochs):
-        start, wm0 = time.perf_counter(), search.wm_seconds
-        for x, y in batches:
-            if max_steps is not None and steps >= max_steps:
-                break
-            value = search.step_loss(x.to(device), y.to(device), loss)
-            opt.zero_grad(set_to_none=True)
-            value.backward()
-            opt.step()
-            result.losses.append(float(value.detach()))
-            steps += 1
-        result.epoch_seconds.append(time.perf_counter() - start)
-        result.wm_seconds.append(search.wm_seconds - wm0)
-    result.perms = search.finalize()
-    result.aligned = [
-        apply_permutation(m, search.spec, p, check=False) for m, p in zip(models, result.perms)
-    ]
-    return result
+    run = train_search(
+        search.to(device),
+        batches,
+        epochs=epochs,
+        optimizer=optimizer,
+        max_steps=max_steps,
+        loss=loss,
+    )
+    perms = run.merged.perms
+    assert perms is not None  # STE-MM permutes
+    aligned = [apply_permutation(m, search.spec, p, check=False) for m, p in zip(models, perms)]
+    wm = [t.get("wm_seconds", 0.0) for t in run.timers]
+    return STEResult(perms, aligned, run.losses, run.epoch_seconds, wm)
 
 
 def ste(
@@ -153,38 +141,55 @@ def ste(
     return result.perms[1], result.aligned[1], result
 
 
-@MERGE_METHODS.register("stemm")
-def stemm_merge(
+@MERGE_METHODS.register(
+    "stemm", trains=True, needs=("net", "train_batches"), paper="004 §4.1, Alg. 1"
+)
+def stemm_search(
     inputs: MergeInputs,
     *,
-    epochs: int = 10,
-    lr: float = 1e-3,
     mixing: Mixing = "dirichlet",
     keep_best: bool = False,
-    max_steps: int | None = None,
-) -> Merged:
-    """STE-MM (004 Alg. 1) as a merge method: :func:`ste_mm` over the training split with Adam
-    at ``lr`` (004 App. B.2: 10 epochs, lr 1e-3), the models matched to the inputs' reference.
-    Diagnostics: ``final_loss`` (the last batch's) and per epoch ``epoch_seconds`` and
-    ``wm_seconds``."""
-    res = ste_mm(
-        inputs.need("net", "stemm"),
-        inputs.states,
-        inputs.need("train_batches", "stemm"),
-        epochs=epochs,
-        optimizer=lambda params: torch.optim.Adam(params, lr=lr),
-        spec=inputs.spec,
+    cache_source: bool = True,
+) -> STEMM:
+    """STE-MM (004 Alg. 1): n - 1 proxies at the inputs' reference, every step each model
+    weight-matched to its proxy (``inputs.wm_method``, warm-started, 004 §4.2), mixing weights
+    lambda (``mixing``: ``dirichlet``, ``uniform`` or ``midpoint``) and the straight-through
+    loss of ``sum_i lambda_i pi_i(theta_i)`` (trained with Adam, lr 1e-3, 10 epochs, batch 256
+    in 004 App. B.2). ``keep_best``: the permutations of the lowest batch loss;
+    ``cache_source``: as in :class:`~lmc.merging.ste.STEMM`."""
+    return _search(inputs, "stemm", mixing, keep_best, cache_source)
+
+
+@MERGE_METHODS.register(
+    "ste", trains=True, needs=("net", "train_batches"), paper="Ainsworth et al. 2023 §3.3; 004 §2.3"
+)
+def ste_search(
+    inputs: MergeInputs,
+    *,
+    mixing: Mixing = "midpoint",
+    keep_best: bool = True,
+    cache_source: bool = True,
+) -> STEMM:
+    """STE for two models (Ainsworth et al. 2023): a proxy at model A (the inputs' reference),
+    model B weight-matched to it every step and the loss of the midpoint (``midpoint``) or of a
+    sampled alpha (``dirichlet``) trains the proxy; the permutation of the lowest batch loss is
+    kept (``keep_best``). With more models it is STE-MM with these defaults."""
+    return _search(inputs, "ste", mixing, keep_best, cache_source)
+
+
+def _search(
+    inputs: MergeInputs, name: str, mixing: Mixing, keep_best: bool, cache_source: bool
+) -> STEMM:
+    n = len(inputs.states)
+    return STEMM(
+        inputs.need("net", name),
+        inputs.bank if inputs.bank is not None else inputs.states,
+        inputs.spec,
         reference=inputs.reference,
         method=inputs.wm_method,
         mixing=mixing,
         keep_best=keep_best,
-        loss=inputs.loss,
         seed=inputs.seed,
-        max_steps=max_steps,
+        num_models=n if inputs.bank is not None else None,
+        cache_source=cache_source,
     )
-    diagnostics = {
-        "final_loss": res.losses[-1] if res.losses else float("nan"),
-        "epoch_seconds": res.epoch_seconds,
-        "wm_seconds": res.wm_seconds,
-    }
-    return Merged(weighted_average(res.aligned), res.perms, diagnostics)

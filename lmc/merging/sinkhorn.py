@@ -20,16 +20,18 @@ Peña et al.) or weight matching of B to A (:func:`~lmc.permutation.weight_match
 BatchNorm uses batch statistics during the search (the template network runs in train mode; its
 running-statistic buffers are copies of A's); reset them on data before evaluating a merge.
 
-:class:`SinkhornRebasin` holds the logits as parameters (a LightningModule or a plain loop
-optimises them; :class:`lmc.tasks.SinkhornTask` runs it under ``lmc fit``) and
-:func:`sinkhorn_rebasin` is the plain loop.
+:class:`SinkhornRebasin` holds one pair's logits as parameters; :class:`SinkhornSearch`, the
+search of the trained ``sinkhorn`` merge method, aligns every model to the reference with one
+pair each (``lmc fit`` trains it with :class:`lmc.tasks.TrainedMergeTask`); and
+:func:`sinkhorn_rebasin` runs two models through the one plain loop
+(:func:`~lmc.merging.search.train_search`).
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -42,6 +44,7 @@ from lmc.curves.pam import soft_permute
 from lmc.evaluation import LossName, batch_loss
 from lmc.merging.baselines import check_models, parameter_keys
 from lmc.merging.contract import MERGE_METHODS, Merged, MergeInputs
+from lmc.merging.search import MergeSearch, OptimizerFactory, Progress, adam, train_search
 from lmc.merging.ste import Mixing, ModelBank, sample_mixing_weights
 from lmc.permutation import (
     Permutation,
@@ -54,7 +57,6 @@ from lmc.permutation import (
 
 StateDict = Mapping[str, Tensor]
 Init = Literal["identity", "weight_matching"]
-OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
 def log_sinkhorn(logits: Tensor, iters: int = 20) -> Tensor:
@@ -88,11 +90,6 @@ def temperature(step: int, total: int, tau_start: float, tau_end: float) -> floa
         return tau_end
     frac = min(max(step / (total - 1), 0.0), 1.0)
     return tau_start * (tau_end / tau_start) ** frac
-
-
-def sinkhorn_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    """Adam with learning rate 0.1 on the logits (their scale is ``init_scale``, about 1)."""
-    return torch.optim.Adam(params, lr=0.1)
 
 
 class SinkhornRebasin(nn.Module):
@@ -213,6 +210,126 @@ class SinkhornRebasin(nn.Module):
         return apply_permutation(self.bank.state(1), self.spec, self.permutation())
 
 
+class SinkhornSearch(MergeSearch):
+    """Sinkhorn re-basin of every model onto the reference: one :class:`SinkhornRebasin` pair
+    per other model (the j-th seeded ``seed + j``), their losses summed, the temperature
+    annealed geometrically from ``tau_start`` to ``tau_end`` over the run's steps; the result
+    is the average of the models under the hard permutations.
+
+    Args:
+        net, spec, init, init_scale, sinkhorn_iters, mixing: as in :class:`SinkhornRebasin`.
+        states: the n >= 2 models' full state dicts.
+        reference: the model the others are aligned to.
+        tau_start, tau_end: temperature at the first and the last step.
+        seed: seed of alpha and of a weight-matching init.
+    """
+
+    lr = 0.1  # Adam on the logits, whose scale is init_scale (about 1)
+
+    def __init__(
+        self,
+        net: nn.Module,
+        states: Sequence[StateDict],
+        spec: PermutationSpec | None = None,
+        *,
+        reference: int = 0,
+        tau_start: float = 1.0,
+        tau_end: float = 0.01,
+        init: Init = "identity",
+        init_scale: float = 1.0,
+        sinkhorn_iters: int = 20,
+        mixing: Mixing = "midpoint",
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        temperature(0, 2, tau_start, tau_end)  # validates the temperatures
+        self.n = len(states)
+        if not 0 <= reference < self.n:
+            raise ValueError(f"reference={reference} is not an index into {self.n} models")
+        self.reference, self.tau_start, self.tau_end = reference, tau_start, tau_end
+        self.others = [i for i in range(self.n) if i != reference]
+        self.pairs = nn.ModuleList(
+            SinkhornRebasin(
+                net,
+                states[reference],
+                states[i],
+                spec,
+                init=init,
+                init_scale=init_scale,
+                sinkhorn_iters=sinkhorn_iters,
+                mixing=mixing,
+                seed=seed + j,
+            )
+            for j, i in enumerate(self.others)
+        )
+        self.spec = self.pairs[0].spec
+        self.tau = tau_start
+
+    def step_loss(self, x: Tensor, y: Tensor, loss: LossName, progress: Progress) -> Tensor:
+        if progress.total is None:
+            raise ValueError("batches has no length: give max_steps for the temperature schedule")
+        self.tau = temperature(progress.step, progress.total, self.tau_start, self.tau_end)
+        total: Tensor | None = None
+        for pair in self.pairs:
+            value = pair.loss(x, y, self.tau, loss=loss)
+            total = value if total is None else total + value
+        assert total is not None
+        return total
+
+    def step_logs(self) -> dict[str, float]:
+        return {"tau": self.tau}
+
+    def output(self, x: Tensor) -> Tensor | None:
+        """The relaxed midpoint's output at the current temperature (two models only)."""
+        return self.pairs[0](x, 0.5, self.tau) if len(self.pairs) == 1 else None
+
+    def result(self) -> Merged:
+        ref = self.pairs[0].bank.state(0)
+        perms: list[Permutation] = []
+        states: list[dict[str, Tensor]] = []
+        for i in range(self.n):
+            if i == self.reference:
+                perms.append(
+                    identity_permutation(self.spec.sizes(ref), next(iter(ref.values())).device)
+                )
+                states.append(dict(ref))
+            else:
+                pair = self.pairs[self.others.index(i)]
+                perms.append(pair.permutation())
+                states.append(pair.bank.state(1))
+        return Merged.from_perms(states, self.spec, perms)
+
+
+@MERGE_METHODS.register(
+    "sinkhorn", trains=True, needs=("net", "train_batches"), paper="Peña et al. 2023"
+)
+def sinkhorn_search(
+    inputs: MergeInputs,
+    *,
+    tau_start: float = 1.0,
+    tau_end: float = 0.01,
+    sinkhorn_iters: int = 20,
+    mixing: Mixing = "midpoint",
+    init: Init = "identity",
+    init_scale: float = 1.0,
+) -> SinkhornSearch:
+    """Sinkhorn re-basin (Peña et al. 2023) of every model onto the inputs' reference
+    (:class:`SinkhornSearch`; Adam, lr 0.1, by default)."""
+    return SinkhornSearch(
+        inputs.need("net", "sinkhorn"),
+        inputs.states,
+        inputs.spec,
+        reference=inputs.reference,
+        tau_start=tau_start,
+        tau_end=tau_end,
+        init=init,
+        init_scale=init_scale,
+        sinkhorn_iters=sinkhorn_iters,
+        mixing=mixing,
+        seed=inputs.seed,
+    )
+
+
 @dataclass
 class SinkhornResult:
     """Outcome of :func:`sinkhorn_rebasin`.
@@ -254,7 +371,8 @@ def sinkhorn_rebasin(
     seed: int = 0,
     max_steps: int | None = None,
 ) -> tuple[Permutation, dict[str, Tensor], SinkhornResult]:
-    """Sinkhorn re-basin (Peña et al. 2023) as a plain training loop over ``batches``.
+    """Sinkhorn re-basin (Peña et al. 2023) of ``model_b`` onto ``model_a``, trained by the
+    plain loop :func:`~lmc.merging.search.train_search`.
 
     Args:
         net: the architecture.
@@ -262,8 +380,7 @@ def sinkhorn_rebasin(
         batches: a re-iterable of ``(x, y)`` batches (a DataLoader or a list).
         spec: the permutation spec (built-in if omitted).
         epochs: passes over ``batches``.
-        optimizer: builds the optimizer from the logits (default
-            :func:`sinkhorn_optimizer`, Adam lr 0.1).
+        optimizer: builds the optimizer from the logits (default Adam, lr 0.1).
         lr: shortcut for Adam with this learning rate (ignored when ``optimizer`` is given).
         tau_start, tau_end: temperature annealed geometrically over the steps.
         sinkhorn_iters, mixing, init, init_scale, seed: as in :class:`SinkhornRebasin`.
@@ -275,92 +392,32 @@ def sinkhorn_rebasin(
         ``(perm, pi(model_b), result)``.
     """
     t0 = time.perf_counter()
-    search = SinkhornRebasin(
+    search = SinkhornSearch(
         net,
-        model_a,
-        model_b,
+        [model_a, model_b],
         spec,
+        tau_start=tau_start,
+        tau_end=tau_end,
         init=init,
         init_scale=init_scale,
         sinkhorn_iters=sinkhorn_iters,
         mixing=mixing,
         seed=seed,
     )
-    if optimizer is None:
-        optimizer = sinkhorn_optimizer if lr is None else (lambda p: torch.optim.Adam(p, lr=lr))
-    opt = optimizer(search.parameters())
-    total = epochs * len(batches) if hasattr(batches, "__len__") else None  # type: ignore[arg-type]
-    if max_steps is not None:
-        total = max_steps if total is None else min(total, max_steps)
-    if total is None:
-        raise ValueError("batches has no length: give max_steps for the temperature schedule")
-    device = next(iter(model_a.values())).device
-    result = SinkhornResult(perm={}, aligned={}, init_perm=search.init_perm)
-    step = 0
-    for _ in range(epochs):
-        for x, y in batches:
-            if step >= total:
-                break
-            tau = temperature(step, total, tau_start, tau_end)
-            value = search.loss(x.to(device), y.to(device), tau, loss=loss)
-            opt.zero_grad(set_to_none=True)
-            value.backward()
-            opt.step()
-            result.losses.append(float(value.detach()))
-            result.taus.append(tau)
-            step += 1
-    result.perm = search.permutation()
-    result.aligned = apply_permutation(model_b, search.spec, result.perm)
-    result.seconds = time.perf_counter() - t0
+    if optimizer is None and lr is not None:
+        optimizer = adam(lr)
+    run = train_search(
+        search, batches, epochs=epochs, optimizer=optimizer, max_steps=max_steps, loss=loss
+    )
+    pair = search.pairs[0]
+    assert run.merged.perms is not None
+    perm = run.merged.perms[1]
+    result = SinkhornResult(
+        perm,
+        apply_permutation(model_b, search.spec, perm),
+        pair.init_perm,
+        run.losses,
+        [log["tau"] for log in run.logs],
+        time.perf_counter() - t0,
+    )
     return result.perm, result.aligned, result
-
-
-@MERGE_METHODS.register("sinkhorn")
-def sinkhorn_merge(
-    inputs: MergeInputs,
-    *,
-    epochs: int = 1,
-    lr: float | None = None,
-    tau_start: float = 1.0,
-    tau_end: float = 0.01,
-    sinkhorn_iters: int = 20,
-    mixing: Mixing = "midpoint",
-    init: Init = "identity",
-    init_scale: float = 1.0,
-    max_steps: int | None = None,
-) -> Merged:
-    """Sinkhorn re-basin (Peña et al. 2023) as a merge method: every model aligned to the
-    inputs' reference by :func:`sinkhorn_rebasin` on the training split (seed ``seed + i``),
-    then averaged. Diagnostics: each model's final batch loss (``final_loss/model{i}``)."""
-    net = inputs.need("net", "sinkhorn")
-    batches = inputs.need("train_batches", "sinkhorn")
-    ref = inputs.states[inputs.reference]
-    device = next(iter(ref.values())).device
-    perms: list[Permutation] = []
-    diagnostics: dict[str, Any] = {}
-    for i, state in enumerate(inputs.states):
-        if i == inputs.reference:
-            perms.append(identity_permutation(inputs.spec.sizes(ref), device))
-            continue
-        perm, _, res = sinkhorn_rebasin(
-            net,
-            ref,
-            state,
-            batches,
-            spec=inputs.spec,
-            epochs=epochs,
-            lr=lr,
-            tau_start=tau_start,
-            tau_end=tau_end,
-            sinkhorn_iters=sinkhorn_iters,
-            mixing=mixing,
-            init=init,
-            init_scale=init_scale,
-            loss=inputs.loss,
-            seed=inputs.seed + i,
-            max_steps=max_steps,
-        )
-        perms.append(perm)
-        if res.losses:
-            diagnostics[f"final_loss/model{i}"] = res.losses[-1]
-    return Merged.from_perms(inputs.states, inputs.spec, perms, diagnostics)

@@ -42,6 +42,8 @@ from torch.func import functional_call
 
 from lmc.evaluation import LossName, batch_loss
 from lmc.merging.baselines import check_models, parameter_keys
+from lmc.merging.contract import Merged
+from lmc.merging.search import MergeSearch, Progress
 from lmc.permutation import (
     MatchingState,
     Permutation,
@@ -140,8 +142,9 @@ class ModelBank(nn.Module):
         return self.items[i].as_dict()
 
 
-class STEMM(nn.Module):
-    """Proxies, matching state and the straight-through forward of STE-MM (004 Alg. 1).
+class STEMM(MergeSearch):
+    """Proxies, matching state and the straight-through forward of STE-MM (004 Alg. 1): the
+    search of the ``stemm`` and ``ste`` merge methods (:class:`~lmc.merging.search.MergeSearch`).
 
     Args:
         net: the architecture; a private copy runs the functional forward passes.
@@ -376,7 +379,13 @@ class STEMM(nn.Module):
         """Mean loss of the straight-through mixture on a batch (Alg. 1 line 6)."""
         return batch_loss(self(x, weights), y, loss) / y.shape[0]
 
-    def step_loss(self, x: Tensor, y: Tensor, loss: LossName = "cross_entropy") -> Tensor:
+    def step_loss(
+        self,
+        x: Tensor,
+        y: Tensor,
+        loss: LossName = "cross_entropy",
+        progress: Progress | None = None,
+    ) -> Tensor:
         """One STE-MM training step's loss (004 Alg. 1 lines 3-8): match every model to its
         proxy, sample the mixing weights, the straight-through loss of the mix, recorded for
         ``keep_best``. The caller back-propagates it and steps the optimizer."""
@@ -393,3 +402,16 @@ class STEMM(nn.Module):
 
     def proxy_parameters(self) -> Iterable[nn.Parameter]:
         return self.proxies.parameters()
+
+    # --- the trained merge method's interface ---------------------------------------------
+    def output(self, x: Tensor) -> Tensor:
+        """The output of the current merge (uniform weights, no straight-through) on ``x``."""
+        return self(x, [1.0 / self.n] * self.n, ste=False)
+
+    def result(self) -> Merged:
+        """The final matching (:meth:`finalize`) and the average of the permuted models."""
+        perms = self.finalize()
+        return Merged.from_perms([self._models.state(i) for i in range(self.n)], self.spec, perms)
+
+    def timers(self) -> dict[str, float]:
+        return {"wm_seconds": self.wm_seconds}

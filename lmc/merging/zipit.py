@@ -300,7 +300,7 @@ def trunk_groups(spec: PermutationSpec, until: str | int) -> list[str]:
     return order[: order.index(until) + 1]
 
 
-@MERGE_METHODS.register("zip")
+@MERGE_METHODS.register("zip", needs=("net", "align_batches"), paper="ZipIt!, Stoica et al. 2024")
 def zip_merge(
     inputs: MergeInputs,
     *,
@@ -334,7 +334,9 @@ def zip_merge(
     return Merged(zip_states(inputs.states, inputs.spec, maps), None, diagnostics, 0 if full else n)
 
 
-@MERGE_METHODS.register("permute")
+@MERGE_METHODS.register(
+    "permute", needs=("net", "align_batches"), paper="ZipIt!'s permute baseline, Stoica et al. 2024"
+)
 def permute_merge(inputs: MergeInputs) -> Merged:
     """ZipIt!'s "Permute" baseline: every model's features matched to the reference model's by
     the correlation of their activations on the alignment subset (one assignment per group,

@@ -8,8 +8,7 @@ from lmc.tasks.interpolation import InterpolationTask
 from lmc.tasks.merge import MergeTask
 from lmc.tasks.pam import PAMTask
 from lmc.tasks.robust import AdversarialClassificationTask
-from lmc.tasks.sinkhorn import SinkhornTask
-from lmc.tasks.ste import STEMMTask, STETask
+from lmc.tasks.trained_merge import TrainedMergeTask
 
 __all__ = [
     "AdversarialClassificationTask",
@@ -21,9 +20,7 @@ __all__ = [
     "OTFusionTask",
     "PAMTask",
     "RegressionTask",
-    "SinkhornTask",
-    "STEMMTask",
-    "STETask",
     "TrainAndInterpolateTask",
     "TrainTask",
+    "TrainedMergeTask",
 ]

@@ -1,5 +1,6 @@
-"""``lmc validate`` task for merging n checkpoints with the baselines of 004 §3/§5 (SPEC C4), and
-the loading/evaluation glue it shares with the STE-MM task (:mod:`lmc.tasks.ste`)."""
+"""``lmc validate`` task for merging n checkpoints with any merge method that does not train
+(SPEC C4, C7), and the loading, evaluation and report it shares with the task of the methods
+that train (:mod:`lmc.tasks.trained_merge`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from torch import Tensor, nn
 from lmc.evaluation import has_batchnorm, reset_bn
 from lmc.io import atomic_write, load_endpoints, save_net_checkpoint
 from lmc.merging import (
-    Baseline,
     Merged,
     MergeInputs,
     MergeSweep,
@@ -200,6 +200,22 @@ class MergeReporter:
         rank_zero_info("\nMerged models:\n" + "\n".join(lines) + f"\nFigure and summary: {out}\n")
         return sweep, out
 
+    def save(
+        self,
+        module: L.LightningModule,
+        net: nn.Module,
+        merges: Mapping[str, Mapping[int, Merged]],
+        out: Path,
+    ) -> None:
+        """Write every merged model as ``merged_{method}_n{n}.ckpt`` into ``out`` (BatchNorm
+        re-estimated as evaluated), loadable with :func:`lmc.io.load_checkpoint`."""
+        if not module.trainer.is_global_zero:
+            return
+        for method, by_n in merges.items():
+            for n, merged in by_n.items():
+                state = self.merged_state(module, net, merged)
+                save_net_checkpoint(state, out / f"merged_{method}_n{n}.ckpt")
+
     def merged_state(self, module: L.LightningModule, net: nn.Module, merged: Merged) -> dict:
         """The merged model's state, BatchNorm statistics re-estimated on the alignment subset
         (as evaluated), on the CPU."""
@@ -213,12 +229,14 @@ class MergeTask(EvaluationTask):
     """Merge the first n checkpoints for every n in ``num_models`` with every method named and
     report the merge metrics (004 §3, §5, §6). Run with ``lmc validate``.
 
-    Methods: any entry of :data:`lmc.merging.MERGE_METHODS`, e.g. ``naive`` (plain average, no
-    permutation), ``wm_ref`` (each model weight-matched to the reference checkpoint, 004 §3.1),
-    ``mergemany`` (Ainsworth et al. 2023, App. A.10), ``ccmm``, ``sinkhorn``, ``stemm`` (trained
-    on the training split), ``otfusion``, ``fedma`` or one registered in user code. Matching
-    uses the parameters; BatchNorm statistics follow the permutation and are reset on the
-    alignment subset for every merged model evaluated.
+    Methods: any entry of :data:`lmc.merging.MERGE_METHODS` that does not train, e.g. ``naive``
+    (plain average, no permutation), ``wm_ref`` (each model weight-matched to the reference
+    checkpoint, 004 §3.1), ``mergemany`` (Ainsworth et al. 2023, App. A.10), ``ccmm``,
+    ``otfusion``, ``fedma``, ``zip`` or one registered in user code; a method that trains
+    (``stemm``, ``ste``, ``sinkhorn``) runs with ``lmc fit`` and
+    :class:`~lmc.tasks.TrainedMergeTask`. Matching uses the parameters; BatchNorm statistics
+    follow the permutation and are reset on the alignment subset for every merged model
+    evaluated.
 
     Args:
         net: the architecture of the checkpoints (class_path/init_args).
@@ -227,10 +245,9 @@ class MergeTask(EvaluationTask):
         num_models: the numbers of models n to merge (each the first n checkpoints); default
             all of them.
         methods: merge methods to run (names registered in ``MERGE_METHODS``).
-        method_options: per method, its keyword options (e.g. ``{stemm: {epochs: 2}}``), checked
+        method_options: per method, its keyword options (e.g. ``{mergemany: {max_rounds: 50}}``), checked
             against the method's signature before any work.
-        reference: index of the reference checkpoint (``wm_ref``'s target, STE-MM's fixed model,
-            OTFusion's base).
+        reference: index of the reference checkpoint (``wm_ref``'s target, OTFusion's base).
         evaluation: the splits (``train`` = the alignment subset; the last one is reported and
             used for the pairwise merges), ``max_batches``, ``pairwise`` merges (004 Fig. 4) and
             sharpness (004 §6.2) (:class:`~lmc.tasks.options.MergeEvaluationOptions`).
@@ -245,13 +262,15 @@ class MergeTask(EvaluationTask):
     """
 
     moved_keys: ClassVar[dict[str, str]] = moved_into("evaluation", MergeEvaluationOptions)
+    #: how many of ``methods`` train (the study pre-check reads it)
+    trained_methods: ClassVar[int] = 0
 
     def __init__(
         self,
         net: nn.Module,
         checkpoints: list[str],
         num_models: list[int] | None = None,
-        methods: list[Baseline] | None = None,
+        methods: list[str] | None = None,
         method_options: dict[str, dict[str, Any]] | None = None,
         reference: int = 0,
         evaluation: MergeEvaluationOptions | None = None,
@@ -263,7 +282,7 @@ class MergeTask(EvaluationTask):
         super().__init__()
         save_task_hparams(self, ["net"])
         self.save_merged = save_merged
-        check_methods(methods, "model.init_args.methods")
+        check_methods(methods, "model.init_args.methods", self.trained_methods)
         self.methods = list(methods) if methods is not None else ["naive", "wm_ref", "mergemany"]
         self.spec_source = SpecSource(spec, net)
         self.method_options = check_options(  # with the network's groups when known now
@@ -315,8 +334,5 @@ class MergeTask(EvaluationTask):
         self.sweep, out = self.reporter.run(
             self, self._net, self.states, self.spec, merges, {"checkpoints": self.checkpoints}
         )
-        if self.save_merged and self.trainer.is_global_zero:
-            for method, by_n in merges.items():
-                for n, merged in by_n.items():
-                    state = self.reporter.merged_state(self, self._net, merged)
-                    save_net_checkpoint(state, out / f"merged_{method}_n{n}.ckpt")
+        if self.save_merged:
+            self.reporter.save(self, self._net, merges, out)

@@ -24,10 +24,7 @@ from dataclasses import dataclass, fields
 from lmc.interpolation.barrier import alpha_grid
 from lmc.interpolation.study import Repair
 from lmc.merging.otfusion import Metric, PruneStrategy
-from lmc.merging.sinkhorn import Init
-from lmc.merging.ste import Mixing
 from lmc.options import EvaluationOptions
-from lmc.permutation.weight_matching import Method
 
 
 def moved_into(group: str, cls: type, exclude: tuple[str, ...] = ()) -> dict[str, str]:
@@ -117,45 +114,6 @@ class MergeEvaluationOptions(EvaluationOptions):
                 f"evaluation.tasks: labels {out} are not classes of the data (it has "
                 f"{num_classes}: 0 to {num_classes - 1}); got {self.tasks}"
             )
-
-
-@dataclass(frozen=True)
-class STEOptions:
-    """The STE / STE-MM search (004 §2.3, §4).
-
-    Args:
-        wm_method: ``accelerated`` (warm start from the previous permutation and LAP duals,
-            004 §4.2) or ``plain`` weight matching during the search.
-        mixing: ``dirichlet`` (uniform on the simplex), ``uniform`` (normalised U(0,1), Alg. 1
-            as written) or ``midpoint`` (all 1/n).
-        keep_best: return the permutations of the lowest training batch loss instead of the
-            final matching (STE of Ainsworth et al. 2023).
-    """
-
-    wm_method: Method = "accelerated"
-    mixing: Mixing = "dirichlet"
-    keep_best: bool = False
-
-
-@dataclass(frozen=True)
-class SinkhornOptions:
-    """The Sinkhorn re-basin search (Peña et al. 2023).
-
-    Args:
-        tau_start, tau_end: temperature at the first and the last step (annealed
-            geometrically over the run's optimizer steps).
-        sinkhorn_iters: log-domain Sinkhorn iterations per relaxation.
-        mixing: ``midpoint`` (alpha = 1/2) or ``dirichlet`` (alpha ~ U(0, 1)).
-        init: the logits' start: ``identity`` or ``weight_matching``.
-        init_scale: the logits start at this times the initial permutation matrix.
-    """
-
-    tau_start: float = 1.0
-    tau_end: float = 0.01
-    sinkhorn_iters: int = 20
-    mixing: Mixing = "midpoint"
-    init: Init = "identity"
-    init_scale: float = 1.0
 
 
 @dataclass(frozen=True)

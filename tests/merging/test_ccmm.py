@@ -10,11 +10,12 @@ import torch
 from lmc.interpolation.states import weighted_average
 from lmc.merging import (
     MERGE_METHODS,
+    MergeInputs,
     align_states,
-    baseline_sweep,
     ccmm,
     ccmm_merge,
     merge_many_perms,
+    merge_sweep,
     pairwise_permutation,
 )
 from lmc.models import MLP, ResNet
@@ -27,6 +28,12 @@ from lmc.permutation import (
     random_permutation,
     spec_for,
 )
+
+
+def _perms(states, spec, name, num_models, **settings):
+    """Each n's permutations of method ``name`` (``settings``: the MergeInputs' own)."""
+    sweep = merge_sweep(MergeInputs(states, spec, **settings), name, num_models)
+    return {n: merged.perms for n, merged in sweep.items()}
 
 
 def _copies(net, n, seed=0):
@@ -118,7 +125,7 @@ def test_registered_as_a_merge_method_with_the_reference_fixed():
     states = _random_models(3)
     spec = spec_for(MLP(12, 4, width=8, depth=3))
     assert "ccmm" in MERGE_METHODS
-    sweep = baseline_sweep(states, spec, "ccmm", [2, 3], reference=1)
+    sweep = _perms(states, spec, "ccmm", [2, 3], reference=1)
     assert len(sweep[2]) == 2 and len(sweep[3]) == 3
     assert all(torch.equal(p, torch.arange(p.numel())) for p in sweep[3][1].values())
 

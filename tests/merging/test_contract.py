@@ -1,5 +1,6 @@
 """The merge contract: every registered merge method (a new one is tested by registering it) takes
-:class:`MergeInputs` and returns a :class:`Merged` that loads into the net; copies of one model
+:class:`MergeInputs` and returns a :class:`Merged` that loads into the net (a method that trains:
+a :class:`MergeSearch` whose result is one, trained by the one plain loop); copies of one model
 merge back into that model's function; permutations, where a method returns them, are valid and
 give the merged state; data a method needs and options it does not take are refused by name."""
 
@@ -12,12 +13,13 @@ from lmc.merging import (
     MERGE_METHODS,
     Merged,
     MergeInputs,
-    baseline_sweep,
+    MergeSearch,
     by_permutation,
     check_options,
     materialize,
     merge_sweep,
     method_options,
+    train_merge,
     wm_to_reference,
 )
 from lmc.models import MLP
@@ -53,6 +55,14 @@ def _setup():
     return model, data, spec, state, copies
 
 
+def _merge(name, inputs, **options) -> Merged:
+    """Method ``name``'s merge of ``inputs``: called, or for a method that trains, its search
+    trained for one epoch by the plain loop."""
+    if MERGE_METHODS.entry(name).trains:
+        return train_merge(inputs, name, options, epochs=1).merged
+    return MERGE_METHODS.get(name)(inputs, **options)
+
+
 def _outputs(net, state, data):
     with torch.no_grad():
         return materialize(net, state)(torch.cat(data))
@@ -72,7 +82,7 @@ def test_every_merge_method_keeps_the_contract(name):
     method = MERGE_METHODS.get(name)
     expected = _outputs(model, state, data)
     for states in ([state] * 2, copies):
-        out = method(_inputs(states, model, data))
+        out = _merge(name, _inputs(states, model, data))
         assert isinstance(out, Merged)
         assert set(out.state) == set(state)
         assert all(torch.isfinite(v).all() for v in out.state.values() if v.is_floating_point())
@@ -100,10 +110,31 @@ def test_every_merge_method_states_its_options(name):
         check_options({name: {"no_such_option": 1}}, [name], "model.init_args.method_options")
 
 
+@pytest.mark.parametrize("name", MERGE_METHODS.names())
+def test_every_registry_entry_declares_itself(name):
+    """An entry says which paper it implements and which inputs it needs (known ones, each
+    refused by name when missing); one that trains builds a MergeSearch, and merge_sweep,
+    which calls methods, refuses it naming lmc fit."""
+    entry = MERGE_METHODS.entry(name)
+    assert entry.name == name and entry.paper
+    assert set(entry.needs) <= {"net", "align_batches", "train_batches", "client_batches"}
+    assert entry.options == method_options(entry.fn)
+    model, data, spec, state, copies = _setup()
+    full = _inputs(copies, model, data)
+    for missing in entry.needs:
+        with pytest.raises(ValueError, match=f"merge method {name!r} needs {missing}"):
+            _merge(name, MergeInputs(**{**full.__dict__, missing: None}))
+    if entry.trains:
+        assert isinstance(entry.fn(full), MergeSearch)
+        with pytest.raises(ValueError, match=f"{name!r} trains: run it with lmc fit"):
+            merge_sweep(full, name, [2])
+
+
 def test_options_of_a_method_not_run_are_refused():
     with pytest.raises(ValueError, match="'stemm', which is not among the methods run"):
-        check_options({"stemm": {"epochs": 1}}, ["naive"], "model.init_args.method_options")
-    assert check_options({"stemm": {"epochs": 1}}, ["stemm"], "f") == {"stemm": {"epochs": 1}}
+        check_options({"stemm": {"mixing": "uniform"}}, ["naive"], "model.init_args.method_options")
+    opts = {"stemm": {"mixing": "uniform"}}
+    assert check_options(opts, ["stemm"], "f") == opts
 
 
 def _typed(inputs: MergeInputs, *, scale: float = 1.0, rounds: int = 2, tag: str | None = None):
@@ -126,18 +157,6 @@ def test_an_option_of_the_wrong_type_is_refused_naming_it(monkeypatch, options, 
         check_options({"typed": options}, ["typed"], "f")
     good = {"scale": 2, "rounds": 3, "tag": None}  # an int is a number
     assert check_options({"typed": good}, ["typed"], "f") == {"typed": good}
-
-
-@pytest.mark.parametrize(
-    ("name", "missing"),
-    [("stemm", "train_batches"), ("sinkhorn", "train_batches"), ("stemm", "net")],
-)
-def test_a_method_names_the_input_it_lacks(name, missing):
-    model, data, spec, state, copies = _setup()
-    inputs = _inputs(copies, model, data)
-    inputs = MergeInputs(**{**inputs.__dict__, missing: None})
-    with pytest.raises(ValueError, match=f"merge method {name!r} needs {missing}"):
-        MERGE_METHODS.get(name)(inputs)
 
 
 def test_fedma_needs_each_clients_batches_only_to_retrain():
@@ -164,8 +183,6 @@ def test_a_new_method_is_one_registration_and_sweeps_by_name(monkeypatch):
     monkeypatch.setitem(MERGE_METHODS._entries, "first_only", first_only)
     sweep = merge_sweep(_inputs(copies, model, data), "first_only", [2, 3], {"scale": 1.0})
     assert sorted(seen) == [2, 3] and sweep[3].perms is None
-    with pytest.raises(ValueError, match="returns no permutations"):
-        baseline_sweep(copies, spec, "first_only", [2])
     assert "scale" in method_options(first_only)
 
     calls = []
@@ -177,7 +194,8 @@ def test_a_new_method_is_one_registration_and_sweeps_by_name(monkeypatch):
     monkeypatch.setitem(
         MERGE_METHODS._entries, "counted", by_permutation(counted_wm_ref, nested=True)
     )
-    perms = baseline_sweep(copies, spec, "counted", [2, 3])
+    sweep = merge_sweep(MergeInputs(copies, spec), "counted", [2, 3])
+    perms = {n: merged.perms for n, merged in sweep.items()}
     assert calls == [3] and len(perms[2]) == 2 and len(perms[3]) == 3
     assert all(torch.equal(perms[2][1][g], perms[3][1][g]) for g in perms[3][1])
 
@@ -209,7 +227,7 @@ def test_a_task_option_group_is_its_methods_options(name, group):
     ("name", "options", "message"),
     [
         ("mergemany", {"max_rounds": 0}, r"mergemany\.max_rounds must be >= 1, got 0"),
-        ("stemm", {"epochs": -2}, r"stemm\.epochs must be >= 1, got -2"),
+        ("sinkhorn", {"tau_end": 0}, r"sinkhorn\.tau_end must be > 0, got 0"),
         ("ccmm", {"max_iter": -1}, r"ccmm\.max_iter must be >= 1, got -1"),
         ("otfusion", {"prune_rate": 1.0}, r"prune_rate must lie in \[0, 1\), got 1\.0"),
         ("fedma", {"lr": 0.0}, r"fedma\.lr must be > 0, got 0\.0"),
@@ -217,8 +235,7 @@ def test_a_task_option_group_is_its_methods_options(name, group):
     ],
 )
 def test_an_option_out_of_its_range_is_refused(name, options, message):
-    """Issue 46: MergeMany with max_rounds 0 ran as the plain average, STE-MM with -2 epochs as
-    weight matching to the reference, both exiting 0."""
+    """Issue 46: MergeMany with max_rounds 0 ran as the plain average, exiting 0."""
     with pytest.raises(ValueError, match=message):
         check_options({name: options}, [name], "f")
 
@@ -228,3 +245,29 @@ def test_every_range_names_an_option_its_method_takes():
 
     for name, rules in OPTION_RANGES.items():
         assert set(rules) <= set(method_options(MERGE_METHODS.get(name))), name
+
+
+def test_the_docs_trained_method_learns_to_weigh_the_better_model(monkeypatch):
+    """Known answer for the docs' example of a method that trains: of a model and a copy ruined
+    by noise, the learned average puts almost all its weight on the model, and its merge
+    computes the model's function; the docs page shows the example file as it is."""
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    monkeypatch.syspath_prepend(str(root / "docs" / "how-to"))
+    monkeypatch.setattr(MERGE_METHODS, "_entries", dict(MERGE_METHODS._entries))
+    import learned_average  # registers it
+
+    torch.manual_seed(0)
+    model, data, spec, state, copies = _setup()
+    ruined = {k: v + 3 * torch.randn_like(v) for k, v in state.items()}
+    inputs = _inputs([state, ruined], model, data)
+    run = train_merge(inputs, "learned_average", {"temperature": 0.1}, epochs=30)
+    assert run.merged.diagnostics["weight_max"] > 0.99
+    torch.testing.assert_close(
+        _outputs(model, run.merged.state, data), _outputs(model, state, data), atol=0.05, rtol=0
+    )
+    assert run.losses[-1] < run.losses[0]
+    page = (root / "docs" / "how-to" / "merge.md").read_text()
+    code = Path(learned_average.__file__).read_text()
+    assert code.split('"""', 2)[2].strip() in page

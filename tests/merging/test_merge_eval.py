@@ -12,7 +12,6 @@ from lmc.merging import (
     Merged,
     MergeInputs,
     align_states,
-    baseline_sweep,
     describe,
     distance_ratios,
     evaluate_merge,
@@ -27,6 +26,12 @@ from lmc.merging import (
 )
 from lmc.models import MLP
 from lmc.permutation import apply_permutation, random_permutation, spec_for
+
+
+def _perms(states, spec, name, num_models, **settings):
+    """Each n's permutations of method ``name`` (``settings``: the MergeInputs' own)."""
+    sweep = merge_sweep(MergeInputs(states, spec, **settings), name, num_models)
+    return {n: merged.perms for n, merged in sweep.items()}
 
 
 def _copies(net, n):
@@ -49,7 +54,7 @@ def test_baselines_recover_permuted_copies(baseline):
     torch.manual_seed(0)
     net = MLP(12, 4, width=10, depth=3)
     spec, base, models = _copies(net, 4)
-    sweep = baseline_sweep(models, spec, baseline, [2, 4], keys=parameter_keys(net))
+    sweep = _perms(models, spec, baseline, [2, 4], keys=parameter_keys(net))
     assert sorted(sweep) == [2, 4] and len(sweep[2]) == 2 and len(sweep[4]) == 4
     for n, perms in sweep.items():
         aligned = align_states(models[:n], spec, perms)
@@ -66,10 +71,10 @@ def test_merge_many_perms_and_wm_to_reference_agree_on_copies():
     ref = align_states(models, spec, wm_to_reference(models, spec, reference=1))
     assert float(pairwise_distances(mm).max()) == 0.0
     assert all(_equal(r, models[1]) for r in ref)
-    naive = baseline_sweep(models, spec, "naive", [3])[3]
+    naive = _perms(models, spec, "naive", [3])[3]
     assert all(_equal(a, m) for a, m in zip(align_states(models, spec, naive), models))
     with pytest.raises(ValueError, match="unknown merge method"):
-        baseline_sweep(models, spec, "no_such_method", [3])  # type: ignore[arg-type]
+        _perms(models, spec, "no_such_method", [3])
     with pytest.raises(ValueError, match="reference=5"):
         wm_to_reference(models, spec, reference=5)
 

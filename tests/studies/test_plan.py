@@ -229,13 +229,13 @@ BAD = {
         tiny_study(
             evaluate=[
                 merge_stage(
-                    "--model.init_args.methods=[naive, stemm]",
-                    "--model.init_args.method_options={stemm: {epoch: 2}}",
+                    "--model.init_args.methods=[naive, mergemany]",
+                    "--model.init_args.method_options={mergemany: {max_round: 2}}",
                 )
             ]
         ),
-        "evaluate stage 'merge': model.init_args.method_options.stemm: unknown option(s) 'epoch'; "
-        "merge method 'stemm' takes epochs, lr",
+        "evaluate stage 'merge': model.init_args.method_options.mergemany: unknown option(s) "
+        "'max_round'; merge method 'mergemany' takes max_rounds",
     ),
     "zip_until past the network's groups": (  # issue 46: found after the training
         tiny_study(

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -399,3 +400,35 @@ def test_a_barrier_with_a_diverged_endpoint_says_so(tiny_run, tmp_path, caplog):
             "--model.init_args.evaluation.num_alphas=3",
         )
     assert "note: an endpoint's loss is not finite (a run that diverged?)" in caplog.text
+
+
+def test_a_trained_merge_method_registered_in_user_code_runs_from_a_study(tmp_path, monkeypatch):
+    """Issue 49: adding a method that trains touches its own file only. The docs' example
+    (docs/how-to/learned_average.py), named in $LMC_PLUGINS, is planned, trained by `lmc fit`
+    (TrainedMergeTask) in a study's merge stage beside `naive`, and reported per n."""
+    from lmc.merging import MERGE_METHODS
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "docs" / "how-to"))
+    monkeypatch.setenv("LMC_PLUGINS", "learned_average")
+    monkeypatch.setattr(MERGE_METHODS, "_entries", dict(MERGE_METHODS._entries))
+    stage = merge_stage(
+        "--model.class_path=lmc.tasks.TrainedMergeTask",
+        "--model.init_args.methods=[learned_average, naive]",
+        "--model.init_args.method_options={learned_average: {temperature: 0.5}}",
+        "--trainer.max_epochs=3",
+        *TINY_DATA,
+    )
+    stage["command"] = "fit"
+    study = tiny_study(grid={WIDTH: [4], "seed_everything": [0, 1]}, evaluate=[stage])
+    path = write_study(tmp_path, study)
+    main(["study", "run", str(path), "--dir", str(tmp_path / "out"), "--no-report"])
+    table = results(tmp_path / "out")
+    learned = table[table.metric.str.startswith("learned_average/n2/")]
+    assert {"learned_average/n2/test/loss", "learned_average/n2/weight_max"} <= set(learned.metric)
+    assert table.metric.str.startswith("naive/n2/").any()
+    with pytest.raises(Exception, match="merge method 'learned_average' takes temperature"):
+        bad = dict(
+            stage,
+            args=[*stage["args"], "--model.init_args.method_options={learned_average: {tau: 1}}"],
+        )
+        main(["study", "plan", str(write_study(tmp_path / "bad", tiny_study(evaluate=[bad])))])

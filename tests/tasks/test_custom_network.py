@@ -91,12 +91,12 @@ def test_builtin_spec_of_a_custom_network_is_refused_before_work(trained, tmp_pa
     assert not list(tmp_path.rglob("summary.json"))
 
 
-def test_ste_task_names_the_fix_for_a_spec_derived_from_data(trained):
-    from lmc.tasks import STETask
+def test_trained_merge_task_names_the_fix_for_a_spec_derived_from_data(trained):
+    from lmc.tasks import TrainedMergeTask
 
     _, ckpt, permuted = trained
     with pytest.raises(ValueError, match="package.module:function"):
-        STETask(ResidualMLP(width=16), [str(ckpt), str(permuted)])
+        TrainedMergeTask(ResidualMLP(width=16), [str(ckpt), str(permuted)], methods=["ste"])
 
 
 def test_malformed_spec_source_is_refused(trained):

@@ -1,4 +1,5 @@
-"""`lmc fit` STE / STE-MM and `lmc validate` merge runs on tiny fake data and tiny checkpoints."""
+"""`lmc fit` merges that train (STE-MM, STE, Sinkhorn) and `lmc validate` merges on tiny fake data
+and tiny checkpoints."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ from tests.helpers import (
     wandb_run_dirs,
 )
 
-# the merge-sweep configs (fusion and Sinkhorn configs are run by their own tests)
-OWN_TESTS = ("lmc.tasks.OTFusionTask", "lmc.tasks.FedMATask", "lmc.tasks.SinkhornTask")
+# the merge-sweep configs (fusion configs are run by their own tests)
+OWN_TESTS = ("lmc.tasks.OTFusionTask", "lmc.tasks.FedMATask")
 # the disjoint-task merges run in the zipit studies' tests (tests/studies/test_reproductions.py)
 MERGE = sorted(
     p
@@ -90,10 +91,15 @@ def _ckpt_arg(paths) -> str:
     return f"--model.init_args.checkpoints=[{', '.join(map(str, paths))}]"
 
 
+def _two(cfg: dict) -> bool:
+    """Whether a merge config's trained method merges two models (STE, Sinkhorn here)."""
+    return bool({"ste", "sinkhorn"} & set(cfg["model"]["init_args"].get("methods") or []))
+
+
 def _overlay(config: Path, world: dict, out: Path) -> list[str]:
     cfg = load_yaml(config)
     net = cfg["model"]["init_args"]["net"]["class_path"]
-    two = cfg["model"]["class_path"] in ("lmc.tasks.STETask", "lmc.tasks.SinkhornTask")
+    two = _two(cfg)
     if net.endswith("MLP"):
         paths = world["mlps"][:2] if two else world["mlps"]
         width = [f"--model.init_args.net.init_args.width={WIDTH}"]
@@ -124,7 +130,7 @@ def _overlay(config: Path, world: dict, out: Path) -> list[str]:
             "--model.init_args.evaluation.sharpness_probes=0",
             "--model.init_args.evaluation.pairwise=false",
             "--model.init_args.num_models=[3]",
-            "--model.init_args.baselines=[wm_ref]",  # MergeMany: covered on the MLPs
+            "--model.init_args.methods=[stemm, wm_ref]",  # MergeMany: covered on the MLPs
         ]
     if cfg["model"]["class_path"] != "lmc.tasks.MergeTask":
         args += ["--trainer.max_steps=1", "--trainer.num_sanity_val_steps=0"]
@@ -144,13 +150,9 @@ def test_every_merge_config_runs(config, world, tmp_path):
     payload = json.loads((run / "summary.json").read_text())
     methods = {(e["method"], e["n"]) for e in payload["evaluations"]}
     mlp = load_yaml(config)["model"]["init_args"]["net"]["class_path"].endswith("MLP")
-    two = task in ("lmc.tasks.STETask", "lmc.tasks.SinkhornTask")
+    two = _two(load_yaml(config))
     n = [2] if two else ([2, 3] if mlp else [3])
-    expected = {
-        "lmc.tasks.STEMMTask": ["stemm", "wm_ref", "mergemany"],
-        "lmc.tasks.STETask": ["stemm", "naive", "wm_ref"],
-        "lmc.tasks.SinkhornTask": ["sinkhorn", "naive", "wm_ref"],
-    }.get(task) or load_yaml(config)["model"]["init_args"]["methods"]  # MergeTask: as configured
+    expected = load_yaml(config)["model"]["init_args"]["methods"]  # as configured
     expected = expected if mlp else ["stemm", "wm_ref"]
     assert methods == {(m, k) for m in expected for k in n}
     assert (run / "merge.png").stat().st_size > 10_000
@@ -161,8 +163,6 @@ def test_every_merge_config_runs(config, world, tmp_path):
         assert not mlp or isinstance(ev["metrics"]["sharpness"], float)
         if mlp and load_yaml(config)["model"]["init_args"]["evaluation"]["pairwise"]:
             assert isinstance(ev["metrics"]["test/pairwise_loss_gap"], float)
-    if two:
-        assert (run / "matched.ckpt").is_file()
     if wandb:
         summary = payload["summary"]
         [wrun] = wandb_run_dirs(tmp_path)
@@ -192,12 +192,13 @@ def test_ste_task_recovers_a_permuted_copy(world, tmp_path):
         "--trainer.max_steps=3",
     )
     [run] = run_dirs(tmp_path / "out")
-    matched = model_state_dict(load_checkpoint(run / "matched.ckpt"))
+    perm = torch.load(run / "permutations.pt", weights_only=True)["ste"][2][1]
+    matched = apply_permutation(b, spec, perm)
     for k in a:
         assert torch.equal(matched[k], a[k]), k
     summary = json.loads((run / "summary.json").read_text())["summary"]
-    assert summary["stemm/n2/test/loss_gap"] == pytest.approx(0.0, abs=1e-6)
-    assert summary["stemm/n2/distance_mean"] == 0.0
+    assert summary["ste/n2/test/loss_gap"] == pytest.approx(0.0, abs=1e-6)
+    assert summary["ste/n2/distance_mean"] == 0.0
     assert summary["naive/n2/distance_mean"] > 0
 
 
@@ -222,17 +223,6 @@ def test_bad_inputs_fail_before_work(world, tmp_path):
     deeper = _save_net(MLP(784, 10, width=WIDTH, depth=4).state_dict(), tmp_path / "deep.ckpt")
     with pytest.raises(ValueError, match="deep.ckpt"):
         _fit_stemm(world, tmp_path, _ckpt_arg([deeper, deeper]))
-    config = CONFIGS / "merge" / "mnist_mlp_ste.yaml"
-    with pytest.raises(ValueError, match="exactly 2 checkpoints"):
-        run_cli(
-            "fit",
-            "-c",
-            str(config),
-            "-c",
-            CSV,
-            *[a for a in _overlay(config, world, tmp_path) if "checkpoints" not in a],
-            _ckpt_arg(world["mlps"]),
-        )
     assert not list(tmp_path.rglob("summary.json"))
 
 
@@ -245,38 +235,54 @@ def _baselines_run(world: dict, out: Path, *args: str) -> Path:
 
 
 def test_merge_task_runs_any_registered_method_by_name(world, tmp_path):
-    """One merge task reads the registry by name: permuting methods (wm_ref, STE-MM trained on
-    the training split) and one that does not permute (OTFusion) in one sweep, each method's
-    options from the config, its scalar diagnostics logged beside its metrics, and
-    permutations saved for the methods that have them."""
+    """One merge task reads the registry by name: permuting methods (wm_ref, ZipIt!) and one
+    that does not permute (OTFusion) in one sweep, each method's options from the config, its
+    scalar diagnostics logged beside its metrics, and permutations saved for the methods that
+    have them."""
     run = _baselines_run(
         world,
         tmp_path,
-        "--model.init_args.methods=[wm_ref, otfusion, stemm, zip]",
-        "--model.init_args.method_options={stemm: {epochs: 1, max_steps: 2}}",
+        "--model.init_args.methods=[wm_ref, otfusion, zip]",
+        "--model.init_args.method_options={otfusion: {metric: activation}}",
         "--model.init_args.evaluation.pairwise=false",
     )
     payload = json.loads((run / "summary.json").read_text())
     by = {(e["method"], e["n"]): e["metrics"] for e in payload["evaluations"]}
-    assert set(by) == {(m, n) for m in ("wm_ref", "otfusion", "stemm", "zip") for n in (2, 3)}
+    assert set(by) == {(m, n) for m in ("wm_ref", "otfusion", "zip") for n in (2, 3)}
     for n in (2, 3):
-        assert "distance_ratio_mean" in by[("stemm", n)]
+        assert "distance_ratio_mean" in by[("wm_ref", n)]
         assert "distance_ratio_mean" not in by[("otfusion", n)]  # no permutations: no geometry
         assert isinstance(by[("otfusion", n)]["test/acc"], float)
-        assert isinstance(payload["summary"][f"stemm/n{n}/final_loss"], float)
         assert payload["summary"][f"otfusion/n{n}/seconds"] > 0
         assert 0 <= payload["summary"][f"zip/n{n}/same_model/layers.0"] <= 1
     assert payload["diagnostics"]["otfusion"]["n3"]["widths"]  # non-scalar: kept as details
     table = torch.load(run / "permutations.pt", weights_only=True)
-    assert set(table["wm_ref"]) == set(table["stemm"]) == {2, 3} and not table["otfusion"]
+    assert set(table["wm_ref"]) == {2, 3} and not table["otfusion"]
+
+
+@pytest.mark.parametrize("method", ["stemm", "ste", "sinkhorn"])
+def test_a_trained_method_asked_of_validate_names_lmc_fit(world, tmp_path, method):
+    """lmc validate does not train: a method that trains is refused before any work, the
+    error naming lmc fit, the task and a config to start from."""
+    with pytest.raises(ValueError, match=f"'{method}' trains.*lmc fit.*TrainedMergeTask.*stemm"):
+        _baselines_run(world, tmp_path, f"--model.init_args.methods=[wm_ref, {method}]")
+    assert not list(tmp_path.rglob("summary.json"))
+
+
+def test_a_trained_merge_names_exactly_one_method_that_trains(world, tmp_path):
+    for methods in ("[wm_ref, mergemany]", "[stemm, sinkhorn]"):
+        with pytest.raises(ValueError, match="exactly one merge method that trains"):
+            _fit_stemm(world, tmp_path, f"--model.init_args.methods={methods}")
+    with pytest.raises(ValueError, match="merge method 'stemm' takes mixing, keep_best"):
+        _fit_stemm(world, tmp_path, "--model.init_args.method_options={stemm: {epochs: 2}}")
+    assert not list(tmp_path.rglob("summary.json"))
 
 
 @pytest.mark.parametrize(
     ("config", "old", "new"),
     [
         ("mnist_mlp_baselines.yaml", "pairwise", "evaluation.pairwise"),
-        ("mnist_mlp_stemm.yaml", "keep_best", "search.keep_best"),
-        ("mnist_mlp_sinkhorn.yaml", "tau_start", "search.tau_start"),
+        ("mnist_mlp_stemm.yaml", "pairwise", "evaluation.pairwise"),
         ("mnist_mlp_otfusion.yaml", "prune_rate", "otfusion.prune_rate"),
         ("mnist_mlp_fedma.yaml", "clients", "federated.clients"),
         ("mnist_mlp_fedma.yaml", "sigma0", "fedma.sigma0"),
@@ -288,6 +294,27 @@ def test_a_merge_tasks_old_flat_key_names_its_group(config, old, new):
 
     err = moved_keys_error(["-c", str(CONFIGS / "merge" / config), f"--model.init_args.{old}=1"])
     assert f"model.init_args.{old} moved to model.init_args.{new}" in err
+
+
+@pytest.mark.parametrize(
+    ("old", "method", "example"),
+    [
+        ("lmc.tasks.STEMMTask", "stemm", "mnist_mlp_stemm.yaml"),
+        ("STETask", "ste", "mnist_mlp_ste.yaml"),
+        ("lmc.tasks.SinkhornTask", "sinkhorn", "mnist_mlp_sinkhorn.yaml"),
+    ],
+)
+def test_an_old_merge_task_names_the_front_door(old, method, example, world, tmp_path):
+    """A config of a merge task that the front door replaced gets, before any work, the new
+    task, where the trained method and its options go, and a shipped config in the new form."""
+    config = CONFIGS / "merge" / example
+    with pytest.raises(SystemExit):
+        run_cli("fit", "-c", str(config), "-c", CSV, f"--model.class_path={old}")
+    from lmc.engine.moved import moved_keys_error
+
+    err = moved_keys_error(["-c", str(config), f"--model.class_path={old}"])
+    assert "lmc.tasks.TrainedMergeTask with methods: [" + method in err
+    assert f"method_options.{method}" in err and example in err
 
 
 def test_a_partial_zip_checkpoint_reloads_and_evaluates_as_reported(world, tmp_path):

@@ -31,26 +31,30 @@ def resolve_config(args: Sequence[str]) -> dict[str, Any]:
 
 def check_names(resolved: Mapping[str, Any], where: str) -> None:
     """The registry names of a resolved config's task (``model.init_args``): a matcher, merge
-    methods and baselines, a barrier definition must be registered ones, and merge methods'
-    options ones they take. The task checks the
+    methods (as many that train as the task takes: ``trained_methods``), a barrier definition
+    must be registered ones, and merge methods' options ones they take. The task checks the
     same when it is built; here it is checked before any job of the study runs.
 
     Raises:
         StudyError: an unknown name, naming the config field, ``where`` and the valid names.
     """
+    from lmc.engine.moved import class_named
     from lmc.interpolation.barrier import check_definition
-    from lmc.merging import MERGE_METHODS, check_options
+    from lmc.merging import check_options
     from lmc.merging.contract import check_methods
     from lmc.permutation.matchers import MATCHERS
 
     model = resolved.get("model")
-    init = model.get("init_args") if isinstance(model, Mapping) else None
+    if not isinstance(model, Mapping):
+        return
+    init = model.get("init_args")
     if not isinstance(init, Mapping):
         return
+    path = model.get("class_path") if isinstance(model, Mapping) else None
+    trained = getattr(class_named(path if isinstance(path, str) else None), "trained_methods", None)
     checks = {
         "matcher": lambda v, f: MATCHERS.check(v, f),
-        "methods": lambda v, f: check_methods(v, f),
-        "baselines": lambda v, f: [MERGE_METHODS.check(m, f) for m in v],
+        "methods": lambda v, f: check_methods(v, f, trained),
         "barrier": check_definition,
         # without `methods` only the options themselves are checked here (the task checks
         # them against its default methods when it is built)
@@ -61,7 +65,7 @@ def check_names(resolved: Mapping[str, Any], where: str) -> None:
     _check_option_groups(model.get("class_path"), init, where)
     for key, check in checks.items():
         value = init.get(key)
-        if value is None or (key in ("methods", "baselines") and not isinstance(value, list)):
+        if value is None or (key == "methods" and not isinstance(value, list)):
             continue
         try:
             check(value, f"model.init_args.{key}")
@@ -98,13 +102,19 @@ def _check_option_groups(class_path: Any, init: Mapping[str, Any], where: str) -
     from lmc.engine.moved import class_named
     from lmc.options import as_options
 
-    cls = class_named(class_path) if isinstance(class_path, str) and "." in class_path else None
+    cls: type[Any] | None = (
+        class_named(class_path) if isinstance(class_path, str) and "." in class_path else None
+    )
     try:
         hints = typing.get_type_hints(cls.__init__) if cls is not None else {}
     except Exception:  # noqa: BLE001 - a task we cannot inspect: checked when it is built
         return
     for key, hint in hints.items():
-        kinds = [k for k in (typing.get_args(hint) or (hint,)) if dataclasses.is_dataclass(k)]
+        kinds = [
+            k
+            for k in (typing.get_args(hint) or (hint,))
+            if isinstance(k, type) and dataclasses.is_dataclass(k)
+        ]
         value = init.get(key)
         if len(kinds) != 1 or not isinstance(value, Mapping):
             continue
@@ -241,11 +251,11 @@ def check_study(study: Study) -> dict[str, dict[str, Any]]:
             where, grid, resolved["train"], [train.command, *args], "the base config", train.configs
         )
     max_epochs = (resolved["train"].get("trainer") or {}).get("max_epochs")
-    for stage in study.spawn:
-        late = [e for e in stage.at_epoch if max_epochs is not None and e >= max_epochs > 0]
+    for spawn in study.spawn:
+        late = [e for e in spawn.at_epoch if max_epochs is not None and e >= max_epochs > 0]
         if late:
             raise StudyError(
-                f"spawn stage {stage.name!r}: at_epoch {late} is not before the end of "
+                f"spawn stage {spawn.name!r}: at_epoch {late} is not before the end of "
                 f"training (trainer.max_epochs={max_epochs}), so a child would not train"
             )
     for stage in study.evaluate:
