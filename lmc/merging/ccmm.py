@@ -34,6 +34,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
@@ -204,10 +205,8 @@ class _Objective:
                 for i in range(len(self.states))
             ]
             width = max(len(c) for c in per_model)
-            s = [
-                sum(c[d] for c in per_model if d < len(c))  # type: ignore[misc]
-                for d in range(width)
-            ]
+            # every degree d < width has a model with a term: tensors, never sum's 0 start
+            s = [cast(Tensor, sum(c[d] for c in per_model if d < len(c))) for d in range(width)]
             part = _poly_dot(s, s)
             for c in per_model:
                 part[: 2 * len(c) - 1] -= _poly_dot(c, c)

@@ -188,7 +188,7 @@ class MergeRegistry(Registry[MergeMethod]):
         )
         self._info: dict[str, MergeMethodEntry] = {}
 
-    def register(  # type: ignore[override]  # the base's one argument, plus keywords
+    def register(
         self,
         name: str,
         *,

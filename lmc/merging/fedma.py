@@ -54,8 +54,8 @@ def local_train(
 ) -> nn.Module:
     """Train ``model`` in place with SGD and cross-entropy for ``epochs`` passes over ``batches``
     (batch order shuffled per epoch, seeded); parameters named in ``frozen`` are not updated."""
-    frozen = set(frozen)
-    params = [p for n, p in model.named_parameters() if n not in frozen and p.requires_grad]
+    fixed = set(frozen)
+    params = [p for n, p in model.named_parameters() if n not in fixed and p.requires_grad]
     if epochs <= 0 or not params or not batches:
         return model
     opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
@@ -114,9 +114,10 @@ def match_layer(
     for clients in passes:
         for j in clients:
             w = units[j].astype(np.float64)
-            if assign[j] is not None:  # take client j out of the global units
-                np.subtract.at(sums, assign[j], w)
-                np.subtract.at(counts, assign[j], 1)
+            prev = assign[j]
+            if prev is not None:  # take client j out of the global units
+                np.subtract.at(sums, prev, w)
+                np.subtract.at(counts, prev, 1)
                 keep = counts > 0
                 remap = np.cumsum(keep) - 1
                 sums, counts = sums[keep], counts[keep]
@@ -152,7 +153,7 @@ def match_layer(
             np.add.at(sums, a, w)
             np.add.at(counts, a, 1)
             assign[j] = a
-    return sums / counts[:, None], [np.asarray(a) for a in assign]  # type: ignore[arg-type]
+    return sums / counts[:, None], [np.asarray(a) for a in assign]
 
 
 def _sequential(spec: PermutationSpec) -> list[str]:
@@ -289,9 +290,9 @@ def fedma(
                     if axis == 0:
                         continue
                     t = c[k]
-                    shape = list(t.shape)
-                    shape[axis] = L
-                    c[k] = t.new_zeros(shape).index_copy(axis, idx, t)
+                    wider = list(t.shape)
+                    wider[axis] = L
+                    c[k] = t.new_zeros(wider).index_copy(axis, idx, t)
             done.add(g)
             if retrain:
                 frozen = [k for g2 in done for k, a in spec.groups[g2] if a == 0]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -204,20 +204,25 @@ def _resize_base(
     for g, m in target.items():
         n = sizes[g]
         if m < n:
-            norm = sum(
-                base[k].double().reshape(n, -1).pow(2).sum(1) for k, a in spec.groups[g] if a == 0
+            norm = cast(  # at least one incoming weight per group: a tensor, never the 0 start
+                Tensor,
+                sum(
+                    base[k].double().reshape(n, -1).pow(2).sum(1)
+                    for k, a in spec.groups[g]
+                    if a == 0
+                ),
             )
             keep[g] = torch.sort(torch.topk(norm, m).indices).values
     out = {}
     for key, t in base.items():
-        for axis, g in enumerate(spec.axes[key]):
-            if g is None or target[g] == sizes[g]:
+        for axis, group in enumerate(spec.axes[key]):
+            if group is None or target[group] == sizes[group]:
                 continue
-            if g in keep:
-                t = t.index_select(axis, keep[g].to(t.device))
+            if group in keep:
+                t = t.index_select(axis, keep[group].to(t.device))
             else:
                 pad = list(t.shape)
-                pad[axis] = target[g] - sizes[g]
+                pad[axis] = target[group] - sizes[group]
                 t = torch.cat([t, t.new_zeros(pad)], axis)
         out[key] = t
     return out

@@ -20,7 +20,7 @@ one plain loop (notebooks, benchmarks; :func:`~lmc.merging.ste_mm`,
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -63,9 +63,10 @@ class MergeSearch(nn.Module):
         permutes)."""
         raise NotImplementedError
 
-    def output(self, x: Tensor) -> Tensor:
-        """The current merge's output on ``x`` (validation); not every search has one."""
-        raise NotImplementedError(f"{type(self).__name__} has no validation output")
+    def output(self, x: Tensor) -> Tensor | None:
+        """The current merge's output on ``x`` (validation), or ``None`` where the search has
+        none."""
+        return None
 
     def step_logs(self) -> dict[str, float]:
         """Values of the last step to log (e.g. the temperature)."""
@@ -125,7 +126,7 @@ def train_search(
     """
     device = next(iter(search.parameters())).device
     opt = (optimizer or adam(search.lr))(search.parameters())
-    total = epochs * len(batches) if hasattr(batches, "__len__") else None
+    total = epochs * len(batches) if isinstance(batches, Sized) else None
     if max_steps is not None:
         total = max_steps if total is None else min(total, max_steps)
     losses: list[float] = []

@@ -33,7 +33,7 @@ import copy
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -131,7 +131,7 @@ class SinkhornRebasin(nn.Module):
             raise ValueError(f"sinkhorn_iters must be >= 1, got {sinkhorn_iters}")
         sample_mixing_weights(2, mixing)  # validates the name
         self.spec = check_models(net, [model_a, model_b], spec, names) or spec_for(net)
-        self.bank = ModelBank([model_a, model_b])
+        self.bank: ModelBank = ModelBank([model_a, model_b])
         self.param_keys = parameter_keys(net)
         self.match_spec = self.spec.restrict(self.param_keys)
         self.sinkhorn_iters, self.mixing = sinkhorn_iters, mixing
@@ -262,7 +262,7 @@ class SinkhornSearch(MergeSearch):
             )
             for j, i in enumerate(self.others)
         )
-        self.spec = self.pairs[0].spec
+        self.spec: PermutationSpec = self._pairs()[0].spec
         self.tau = tau_start
 
     def step_loss(self, x: Tensor, y: Tensor, loss: LossName, progress: Progress) -> Tensor:
@@ -270,7 +270,7 @@ class SinkhornSearch(MergeSearch):
             raise ValueError("batches has no length: give max_steps for the temperature schedule")
         self.tau = temperature(progress.step, progress.total, self.tau_start, self.tau_end)
         total: Tensor | None = None
-        for pair in self.pairs:
+        for pair in self._pairs():
             value = pair.loss(x, y, self.tau, loss=loss)
             total = value if total is None else total + value
         assert total is not None
@@ -281,10 +281,15 @@ class SinkhornSearch(MergeSearch):
 
     def output(self, x: Tensor) -> Tensor | None:
         """The relaxed midpoint's output at the current temperature (two models only)."""
-        return self.pairs[0](x, 0.5, self.tau) if len(self.pairs) == 1 else None
+        pairs = self._pairs()
+        return pairs[0](x, 0.5, self.tau) if len(pairs) == 1 else None
+
+    def _pairs(self) -> list[SinkhornRebasin]:
+        return [cast(SinkhornRebasin, p) for p in self.pairs]
 
     def result(self) -> Merged:
-        ref = self.pairs[0].bank.state(0)
+        pairs = self._pairs()
+        ref = pairs[0].bank.state(0)
         perms: list[Permutation] = []
         states: list[dict[str, Tensor]] = []
         for i in range(self.n):
@@ -294,7 +299,7 @@ class SinkhornSearch(MergeSearch):
                 )
                 states.append(dict(ref))
             else:
-                pair = self.pairs[self.others.index(i)]
+                pair = pairs[self.others.index(i)]
                 perms.append(pair.permutation())
                 states.append(pair.bank.state(1))
         return Merged.from_perms(states, self.spec, perms)
@@ -409,7 +414,7 @@ def sinkhorn_rebasin(
     run = train_search(
         search, batches, epochs=epochs, optimizer=optimizer, max_steps=max_steps, loss=loss
     )
-    pair = search.pairs[0]
+    pair = search._pairs()[0]
     assert run.merged.perms is not None
     perm = run.merged.perms[1]
     result = SinkhornResult(

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -139,7 +139,7 @@ class ModelBank(nn.Module):
         return len(self.items)
 
     def state(self, i: int) -> dict[str, Tensor]:
-        return self.items[i].as_dict()
+        return cast(TensorDict, self.items[i]).as_dict()
 
 
 class STEMM(MergeSearch):
@@ -198,7 +198,7 @@ class STEMM(MergeSearch):
             n = len(models) if num_models is None else num_models
             if not 0 <= n <= len(models):
                 raise ValueError(f"num_models={n} but the bank holds {len(models)} models")
-            states = [models.state(i) for i in range(n)]
+            states: list[StateDict] = [models.state(i) for i in range(n)]
         else:
             states = list(models)
             self.bank = ModelBank(states)
@@ -284,6 +284,10 @@ class STEMM(MergeSearch):
         self.generator.set_state(state["generator"])
         self._rng.bit_generator.state = state["rng"]
 
+    def _proxy(self, j: int) -> dict[str, Tensor]:
+        """The j-th proxy's tensors (of the j-th model other than the reference)."""
+        return cast(TensorDict, self.proxies[j]).as_dict()
+
     @property
     def _models(self) -> ModelBank:
         shared = self.__dict__.get("_bank")
@@ -295,7 +299,7 @@ class STEMM(MergeSearch):
         seconds of each call."""
         seconds = []
         for j, i in enumerate(self.others):
-            target = {k: t.detach() for k, t in self.proxies[j].as_dict().items()}
+            target = {k: t.detach() for k, t in self._proxy(j).items()}
             full = self._models.state(i)
             source = {k: full[k] for k in self.param_keys}
             prev = self.matching[i]
@@ -358,7 +362,7 @@ class STEMM(MergeSearch):
         states = self.permuted_states()
         if ste:
             for j, i in enumerate(self.others):
-                proxy = self.proxies[j].as_dict()
+                proxy = self._proxy(j)
                 for k in self.param_keys:
                     states[i][k] = straight_through(proxy[k], states[i][k])
         return mix_states(states, weights)

@@ -32,7 +32,7 @@ trunk with per-model heads) is not built yet.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -255,7 +255,10 @@ def zip_states(
         if not ref.is_floating_point():
             own = [s[key].clone() for s in states]
         elif full or axes[0] in maps:
-            zipped = sum(_mapped(s[key], i, axes, sizes, maps) for i, s in enumerate(states))
+            # n >= 2 models: a tensor, never sum's 0 start
+            zipped = cast(
+                Tensor, sum(_mapped(s[key], i, axes, sizes, maps) for i, s in enumerate(states))
+            )
             if axes[0] is None:  # produces no group: the models' outputs are averaged
                 zipped = zipped / n
             own = [zipped.to(ref.dtype)] * n

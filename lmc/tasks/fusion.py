@@ -26,6 +26,7 @@ from lmc.results.logging import publish, run_config
 from lmc.tasks.base import (
     EvaluationTask,
     SpecSource,
+    datamodule_of,
     save_task_hparams,
     split_batches,
     train_batches,
@@ -42,6 +43,8 @@ from lmc.tasks.rundir import run_dir
 
 class _FusionBase(EvaluationTask):
     """Evaluation and the results record shared by the fusion tasks."""
+
+    _net: nn.Module  # a template, not a submodule (set with object.__setattr__)
 
     def __init__(
         self, net: nn.Module, evaluation: EvaluationOptions | None, seed: int, spec: str
@@ -61,7 +64,7 @@ class _FusionBase(EvaluationTask):
         seconds: float,
         scalars: Mapping[str, float] | None = None,
     ) -> dict[str, float]:
-        dm = self.trainer.datamodule
+        dm = datamodule_of(self.trainer)
         batches = split_batches(dm, sorted({*self.splits, "train"}), self.max_batches, self.device)
         summary: dict[str, float] = dict(scalars or {})
 
@@ -138,7 +141,7 @@ class OTFusionTask(_FusionBase):
 
     def evaluate(self) -> None:
         with torch.inference_mode(False):
-            dm = self.trainer.datamodule
+            dm = datamodule_of(self.trainer)
             device = self.device
             inputs = MergeInputs(
                 [{k: v.to(device) for k, v in s.items()} for s in self.states],
@@ -201,7 +204,7 @@ class FedMATask(_FusionBase):
 
     def evaluate(self) -> None:
         with torch.inference_mode(False):
-            c, o, dm = self.clients, self.options, self.trainer.datamodule
+            c, o, dm = self.clients, self.options, datamodule_of(self.trainer)
             spec = self.spec_source.resolve(dm, self.device)
             train = [tuple(t.to(self.device) for t in b) for b in dm.train_dataloader()]
             x, y = torch.cat([b[0] for b in train]), torch.cat([b[1] for b in train])

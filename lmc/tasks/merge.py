@@ -34,6 +34,7 @@ from lmc.permutation.weight_matching import Method
 from lmc.tasks.base import (
     EvaluationTask,
     SpecSource,
+    datamodule_of,
     default_loss,
     eval_and_align_batches,
     save_task_hparams,
@@ -94,7 +95,7 @@ class MergeReporter:
         """The cached evaluation splits and the alignment subset, on the module's device (read
         once per device)."""
         if self._batches is None or self._batches[0] != module.device:
-            dm = module.trainer.datamodule
+            dm = datamodule_of(module.trainer)
             opts = self.options
             opts.check_labels(getattr(dm, "num_classes", None))  # before any merge
             batches = eval_and_align_batches(dm, opts.splits, opts.max_batches, module.device)
@@ -112,7 +113,7 @@ class MergeReporter:
         """What the merge methods get: the models, net and batches on the module's device, the
         parameters as matching keys, and ``settings`` (reference, seed, wm_method)."""
         device = module.device
-        dm = module.trainer.datamodule
+        dm = datamodule_of(module.trainer)
         return MergeInputs(
             [{k: v.to(device) for k, v in s.items()} for s in states],
             spec,
@@ -135,7 +136,7 @@ class MergeReporter:
     ) -> tuple[MergeSweep, Path]:
         """Evaluate every method at every n on the data module's splits and log it all."""
         trainer = module.trainer
-        dm = trainer.datamodule
+        dm = datamodule_of(trainer)
         device = module.device
         splits, align = self.batches(module)
         net = copy.deepcopy(net).to(device)
@@ -264,6 +265,8 @@ class MergeTask(EvaluationTask):
     moved_keys: ClassVar[dict[str, str]] = moved_into("evaluation", MergeEvaluationOptions)
     #: how many of ``methods`` train (the study pre-check reads it)
     trained_methods: ClassVar[int] = 0
+    _net: nn.Module  # a template, not a submodule (set with object.__setattr__)
+    spec: PermutationSpec
 
     def __init__(
         self,
@@ -314,10 +317,9 @@ class MergeTask(EvaluationTask):
             self._merge()
 
     def _merge(self) -> None:
-        dm = self.trainer.datamodule
-        self.spec = check_models(
-            self._net, self.states, self.spec_source.resolve(dm, self.device), self.checkpoints
-        )
+        dm = datamodule_of(self.trainer)
+        self.spec = self.spec_source.resolve(dm, self.device)
+        check_models(self._net, self.states, self.spec, self.checkpoints)
         inputs = self.reporter.inputs(
             self,
             self._net,

@@ -73,6 +73,9 @@ class TrainedMergeTask(LMCTask):
     moved_keys: ClassVar[dict[str, str]] = moved_into("evaluation", MergeEvaluationOptions)
     #: how many of ``methods`` train (the study pre-check reads it)
     trained_methods: ClassVar[int] = 1
+    # templates, not submodules (set with object.__setattr__)
+    _net: nn.Module
+    _states: list[dict[str, Tensor]]
 
     def __init__(
         self,
@@ -152,8 +155,8 @@ class TrainedMergeTask(LMCTask):
         for name, search in self._searches():
             loss = search.step_loss(x, y, self.loss_name, progress)
             self.log(f"train/loss_{name}", loss.detach(), on_step=True, on_epoch=True)
-            for key, value in search.step_logs().items():
-                self.log(f"train/{key}_{name}", value, on_step=True, on_epoch=False)
+            for key, logged in search.step_logs().items():
+                self.log(f"train/{key}_{name}", logged, on_step=True, on_epoch=False)
             losses.append(loss)
         value = losses[0]
         for loss in losses[1:]:
