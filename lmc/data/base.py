@@ -190,7 +190,9 @@ class BaseDataModule(L.LightningDataModule, ABC):
         sampler = EpochShuffle(len(cast(Sized, dataset)), seed) if shuffle else None
         device = self.batch_device(dataset) if on_device else None
         if device is not None:
-            return DeviceBatches(dataset, batch_size, sampler, device)
+            # batch_device gives a device only for these two
+            held = cast(InMemoryImageDataset | TensorDataset, dataset)
+            return DeviceBatches(held, batch_size, sampler, device)
         return DataLoader(
             dataset,
             batch_size=batch_size,
@@ -239,11 +241,11 @@ def seeded_generator(seed: int, stream: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(int(seed) * 1_000_003 + stream)
 
 
-def held_bytes(dataset: Dataset) -> int:
+def held_bytes(dataset: InMemoryImageDataset | TensorDataset) -> int:
     """Bytes of the tensors an in-memory split holds (images, labels, indices; without
     augmentation also its normalised float32 copy)."""
     if not isinstance(dataset, InMemoryImageDataset):
-        return sum(t.numel() * t.element_size() for t in dataset.tensors)  # type: ignore[attr-defined]
+        return sum(t.numel() * t.element_size() for t in dataset.tensors)
     held = sum(
         t.numel() * t.element_size() for t in (dataset.images, dataset.labels, dataset.indices)
     )
@@ -271,7 +273,7 @@ class DeviceBatches:
 
     def __init__(
         self,
-        dataset: Dataset,
+        dataset: InMemoryImageDataset | TensorDataset,
         batch_size: int,
         sampler: EpochShuffle | None,
         device: torch.device | str,
@@ -282,7 +284,7 @@ class DeviceBatches:
         self._held: InMemoryImageDataset | tuple[torch.Tensor, ...] | None = None
 
     def __len__(self) -> int:
-        return -(-len(self.dataset) // self.batch_size)  # type: ignore[arg-type]
+        return -(-len(self.dataset) // self.batch_size)
 
     def _source(self) -> InMemoryImageDataset | tuple[torch.Tensor, ...]:
         if self._held is None:  # moved once, on the first epoch
@@ -290,11 +292,11 @@ class DeviceBatches:
             if isinstance(ds, InMemoryImageDataset):
                 self._held = ds.to(self.device)
             else:
-                self._held = tuple(t.to(self.device) for t in ds.tensors)  # type: ignore[attr-defined]
+                self._held = tuple(t.to(self.device) for t in ds.tensors)
         return self._held
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
-        src, n = self._source(), len(self.dataset)  # type: ignore[arg-type]
+        src, n = self._source(), len(self.dataset)
         if self.sampler is not None:
             s = self.sampler
             order = epoch_order(s.n, s.seed, s.epoch).to(self.device)

@@ -109,7 +109,8 @@ class SampleList(Sequence):
     def __len__(self) -> int:
         return len(self.y)
 
-    def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+    def __getitem__(self, i: int | slice) -> tuple[Tensor, Tensor]:
+        """Sample ``i``; a slice gives the ``(x, y)`` slices."""
         return self.x[i], self.y[i]
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:

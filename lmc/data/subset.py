@@ -95,9 +95,11 @@ class ClassSubset(BaseDataModule):
         self._test = self._keep(self.data.test_dataset)
 
 
-def class_counts(dataset: Dataset, classes: Sequence[int] | None = None) -> dict[int, int]:
+def class_counts(
+    dataset: InMemoryImageDataset, classes: Sequence[int] | None = None
+) -> dict[int, int]:
     """Examples per label of an in-memory image dataset (only ``classes`` if given)."""
-    labels = dataset.labels[dataset.indices]  # type: ignore[attr-defined]
+    labels = dataset.labels[dataset.indices]
     values, counts = torch.unique(labels, return_counts=True)
     out = {int(v): int(c) for v, c in zip(values, counts)}
     return {c: out.get(c, 0) for c in classes} if classes is not None else out

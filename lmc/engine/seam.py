@@ -108,7 +108,7 @@ class SeamProgressBar(TQDMProgressBar):
 
     def should_redraw(self, current: int, total: int | float) -> bool:
         """Lightning: redraw every ``refresh_rate`` batches and on the last."""
-        return super()._should_update(current, total)  # type: ignore[arg-type]
+        return super()._should_update(current, total)  # type: ignore[arg-type]  # Lightning says int; passes tqdm's float total
 
 
 @contextmanager

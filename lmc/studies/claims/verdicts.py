@@ -367,7 +367,8 @@ def _evaluate_equivalent(claim: Claim, table: pd.DataFrame) -> ClaimResult:
             else math.nan
         )
     else:
-        margin = float(claim.margin)  # type: ignore[arg-type]
+        assert claim.margin is not None  # parse_claims: an equivalent claim has one of the two
+        margin = float(claim.margin)
     stat, how = _difference(a, b, 1, None)
     # the same replicates' 90 % interval: two one-sided tests at 5 % each
     shared = [i for i in a.series.index if i in b.series.index]

@@ -223,7 +223,8 @@ def _draw_lines(ax: Axes, spec: FigureSpec, summary: pd.DataFrame) -> int:
 
 
 def _line(ax: Axes, spec: FigureSpec, tidy: pd.DataFrame, series: pd.DataFrame) -> Any:
-    summary = _aggregate(spec, _frame_of(spec, tidy), spec.x)  # type: ignore[arg-type]
+    assert spec.x is not None  # a line figure requires x
+    summary = _aggregate(spec, _frame_of(spec, tidy), spec.x)
     return summary, _draw_lines(ax, spec, summary), None
 
 
@@ -241,7 +242,8 @@ def _curve(ax: Axes, spec: FigureSpec, tidy: pd.DataFrame, series: pd.DataFrame)
 
 
 def _bar(ax: Axes, spec: FigureSpec, tidy: pd.DataFrame, series: pd.DataFrame) -> Any:
-    summary = _aggregate(spec, _frame_of(spec, tidy), spec.x)  # type: ignore[arg-type]
+    assert spec.x is not None  # a bar figure requires x
+    summary = _aggregate(spec, _frame_of(spec, tidy), spec.x)
     order = _ordered(list(summary["x"]))
     index = {_key(v): i for i, v in enumerate(order)}
     groups = _lines(spec, summary)
@@ -327,8 +329,9 @@ def _scatter(ax: Axes, spec: FigureSpec, tidy: pd.DataFrame, series: pd.DataFram
 def _heatmap(ax: Axes, spec: FigureSpec, tidy: pd.DataFrame, series: pd.DataFrame) -> Any:
     from lmc.studies.reporting.aggregate import summarize
 
+    assert spec.x is not None and spec.rows is not None  # a heatmap requires x and rows
     data = _frame_of(spec, tidy).drop(columns=["stage"], errors="ignore")
-    summary = summarize(data, [spec.x, spec.rows])  # type: ignore[list-item]
+    summary = summarize(data, [spec.x, spec.rows])
     summary = summary.rename(columns={spec.x: "x", spec.rows: "row"})
     columns = ["x", "row", "metric", "n", "n_nonfinite", "mean", "std", "ci_low", "ci_high"]
     summary = _sorted(summary[columns], spec, ("row", "x"))

@@ -273,15 +273,16 @@ def _no_login_prompt() -> Iterator[None]:
     for an API key on a terminal (its prompt is shown only when not silent)."""
     old = os.environ.get("WANDB_SILENT")
     os.environ["WANDB_SILENT"] = "true"
-    term = sys.modules.get("wandb.errors.term")  # already set up: its flag, too
+    # already set up: its flag, too (Any: a module with wandb's private _silent flag)
+    term: Any = sys.modules.get("wandb.errors.term")
     flag = getattr(term, "_silent", None)
     if flag is not None:
-        term._silent = True  # type: ignore[union-attr]
+        term._silent = True
     try:
         yield
     finally:
         if flag is not None:
-            term._silent = flag  # type: ignore[union-attr]
+            term._silent = flag
         if old is None:
             os.environ.pop("WANDB_SILENT", None)
         else:

@@ -349,8 +349,13 @@ def _evaluate(
         raise StudyError(
             f"{where}.command {command!r}: valid commands: {', '.join(EVALUATE_COMMANDS)}"
         )
-    parse = _pairs if selector == "pairs" else _groups
-    select = parse(value[selector], f"{where}.{selector}", sources[stage])
+    select: Pairs | Groups
+    pairs: Pairs | None = None
+    by_group: Groups | None = None
+    if selector == "pairs":
+        select = pairs = _pairs(value[selector], f"{where}.{selector}", sources[stage])
+    else:
+        select = by_group = _groups(value[selector], f"{where}.{selector}", sources[stage])
     grid: dict[str, list[Any]] = {}
     groups: tuple = ()
     if "grid" in value:
@@ -375,8 +380,8 @@ def _evaluate(
         name=name,
         kind=kind,
         configs=_configs(value["config"], f"{where}.config", base),
-        pairs=select if selector == "pairs" else None,  # type: ignore[arg-type]
-        groups=select if selector == "groups" else None,  # type: ignore[arg-type]
+        pairs=pairs,
+        groups=by_group,
         args=args,
         stage=stage,
         command=command,

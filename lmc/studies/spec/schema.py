@@ -212,7 +212,10 @@ class EvaluateStage:
 
     @property
     def select(self) -> Pairs | Groups:
-        return self.pairs if self.pairs is not None else self.groups  # type: ignore[return-value]
+        if self.pairs is not None:
+            return self.pairs
+        assert self.groups is not None  # load_study sets one of pairs, groups
+        return self.groups
 
 
 @dataclass(frozen=True)
