@@ -226,7 +226,58 @@ class MergeReporter:
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
-class MergeTask(EvaluationTask):
+class MergeArgs:
+    """The arguments both merge tasks take (:class:`MergeTask`,
+    :class:`~lmc.tasks.TrainedMergeTask`), checked and set by :meth:`read_merge_args`."""
+
+    #: how many of ``methods`` train (the study pre-check reads it)
+    trained_methods: ClassVar[int] = 0
+    methods: list[str]
+    method_options: dict[str, dict[str, Any]]
+    num_models: list[int]
+    checkpoints: list[str]
+    spec_source: SpecSource
+    reference: int
+    wm_method: Method
+    seed: int
+    reporter: MergeReporter
+    _net: nn.Module  # a template, not a submodule (set with object.__setattr__)
+
+    def read_merge_args(
+        self,
+        net: nn.Module,
+        checkpoints: Sequence[str],
+        methods: Sequence[str],
+        method_options: Mapping[str, Mapping[str, Any]] | None,
+        num_models: Sequence[int] | None,
+        reference: int,
+        evaluation: MergeEvaluationOptions | None,
+        wm_method: Method,
+        seed: int,
+        source: SpecSource,
+    ) -> list[dict[str, Tensor]]:
+        """Check the arguments before any work and set them: ``methods`` (as many that train
+        as :attr:`trained_methods`), ``method_options`` (against each method's signature and
+        the network's groups when known now), the checkpoints (:func:`load_models`), the spec
+        ``source``, ``reference``, ``wm_method``, ``seed`` and the ``reporter``. Returns the
+        models' states."""
+        check_methods(methods, "model.init_args.methods", self.trained_methods)
+        self.methods = list(methods)
+        self.spec_source = source
+        self.method_options = check_options(
+            method_options, self.methods, "model.init_args.method_options", source.known
+        )
+        files, states, self.num_models = load_models(
+            net, checkpoints, num_models, reference, source
+        )
+        object.__setattr__(self, "_net", net)
+        self.checkpoints = files
+        self.reference, self.wm_method, self.seed = reference, wm_method, seed
+        self.reporter = MergeReporter(as_options(MergeEvaluationOptions, evaluation), seed)
+        return states
+
+
+class MergeTask(MergeArgs, EvaluationTask):
     """Merge the first n checkpoints for every n in ``num_models`` with every method named and
     report the merge metrics (004 §3, §5, §6). Run with ``lmc validate``.
 
@@ -263,9 +314,6 @@ class MergeTask(EvaluationTask):
     """
 
     moved_keys: ClassVar[dict[str, str]] = moved_into("evaluation", MergeEvaluationOptions)
-    #: how many of ``methods`` train (the study pre-check reads it)
-    trained_methods: ClassVar[int] = 0
-    _net: nn.Module  # a template, not a submodule (set with object.__setattr__)
     spec: PermutationSpec
 
     def __init__(
@@ -285,19 +333,11 @@ class MergeTask(EvaluationTask):
         super().__init__()
         save_task_hparams(self, ["net"])
         self.save_merged = save_merged
-        check_methods(methods, "model.init_args.methods", self.trained_methods)
-        self.methods = list(methods) if methods is not None else ["naive", "wm_ref", "mergemany"]
-        self.spec_source = SpecSource(spec, net)
-        self.method_options = check_options(  # with the network's groups when known now
-            method_options, self.methods, "model.init_args.method_options", self.spec_source.known
-        )
-        files, self.states, self.num_models = load_models(
-            net, checkpoints, num_models, reference, self.spec_source
-        )
-        object.__setattr__(self, "_net", net)
-        self.checkpoints = files
-        self.reference, self.wm_method, self.seed = reference, wm_method, seed
-        self.reporter = MergeReporter(as_options(MergeEvaluationOptions, evaluation), seed)
+        given = methods if methods is not None else ["naive", "wm_ref", "mergemany"]
+        self.states = self.read_merge_args(
+            net, checkpoints, given, method_options, num_models, reference, evaluation,
+            wm_method, seed, SpecSource(spec, net),
+        )  # fmt: skip
         self.sweep: MergeSweep | None = None
 
     @classmethod

@@ -19,16 +19,14 @@ from torch import Tensor, nn
 
 from lmc.evaluation import batch_loss
 from lmc.merging import MERGE_METHODS, Merged, MergeInputs, MergeSweep, ModelBank, merge_sweep
-from lmc.merging.contract import check_methods, check_options
 from lmc.merging.search import MergeSearch, Progress, adam, build_search
-from lmc.options import as_options
 from lmc.permutation.weight_matching import Method
 from lmc.tasks.base import LMCTask, SpecSource, save_task_hparams
-from lmc.tasks.merge import MergeReporter, load_models
+from lmc.tasks.merge import MergeArgs
 from lmc.tasks.options import MergeEvaluationOptions, moved_into
 
 
-class TrainedMergeTask(LMCTask):
+class TrainedMergeTask(MergeArgs, LMCTask):
     """Merge checkpoints with a method that trains, run with ``lmc fit``.
 
     ``methods`` names exactly one method that trains (``stemm``: STE-MM, 004 Alg. 1; ``ste``:
@@ -73,9 +71,7 @@ class TrainedMergeTask(LMCTask):
     moved_keys: ClassVar[dict[str, str]] = moved_into("evaluation", MergeEvaluationOptions)
     #: how many of ``methods`` train (the study pre-check reads it)
     trained_methods: ClassVar[int] = 1
-    # templates, not submodules (set with object.__setattr__)
-    _net: nn.Module
-    _states: list[dict[str, Tensor]]
+    _states: list[dict[str, Tensor]]  # held by the bank, not a submodule
 
     def __init__(
         self,
@@ -94,21 +90,15 @@ class TrainedMergeTask(LMCTask):
     ) -> None:
         super().__init__()
         save_task_hparams(self, ["net", "optimizer"])
-        field = "model.init_args.methods"
-        check_methods(methods, field, self.trained_methods)
-        self.method = next(m for m in methods if MERGE_METHODS.entry(m).trains)
-        self.others = [m for m in methods if m != self.method]
         source = SpecSource(spec, net)
         self.spec = source.require(type(self).__name__)
-        self.method_options = check_options(
-            method_options, list(methods), "model.init_args.method_options", self.spec
-        )
-        files, states, self.num_models = load_models(
-            net, checkpoints, num_models, reference, source
-        )
-        object.__setattr__(self, "_net", net)  # a template, not trained or checkpointed
-        object.__setattr__(self, "_states", states)
-        self.checkpoints = files
+        states = self.read_merge_args(
+            net, checkpoints, methods, method_options, num_models, reference, evaluation,
+            wm_method, seed, source,
+        )  # fmt: skip
+        object.__setattr__(self, "_states", states)  # the models are the bank's buffers
+        self.method = next(m for m in methods if MERGE_METHODS.entry(m).trains)
+        self.others = [m for m in methods if m != self.method]
         self.bank = ModelBank(states[: self.num_models[-1]])
         inputs = MergeInputs(
             [self.bank.state(i) for i in range(len(self.bank))],
@@ -130,9 +120,7 @@ class TrainedMergeTask(LMCTask):
             searches[f"n{n}"] = search
         self.searches = nn.ModuleDict(searches)
         self.optimizer = optimizer
-        self.reference, self.wm_method, self.seed = reference, wm_method, seed
         self.save_merged = save_merged
-        self.reporter = MergeReporter(as_options(MergeEvaluationOptions, evaluation), seed)
         self.sweep: MergeSweep | None = None
         self._epoch_start = 0.0
         self._timers_at_epoch_start: dict[str, float] = {}
