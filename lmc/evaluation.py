@@ -140,7 +140,7 @@ def cache_batches(
     batches: Iterable[Any], device: torch.device | str = "cpu"
 ) -> list[tuple[Tensor, Tensor]]:
     """Materialise a loader once (on ``device``) so many evaluations skip data loading."""
-    return [tuple(t.to(device) for t in _split(b)) for b in batches]  # type: ignore[misc]
+    return [(x.to(device), y.to(device)) for x, y in map(_split, batches)]
 
 
 _BN = (nn.BatchNorm1d, nn.BatchNorm2d)

@@ -63,14 +63,21 @@ def load_checkpoint(
     return dict(ckpt)
 
 
+class _VersionedState(OrderedDict[str, Tensor]):
+    """A state dict with torch's per-module metadata, which ``load_state_dict`` reads."""
+
+    _metadata: dict[str, Any]
+
+
 def load_state(module: torch.nn.Module, state: Mapping[str, Tensor]) -> None:
     """``module.load_state_dict(state)``, with the module's own state-dict metadata (the
     version of each submodule) where ``state`` carries none: lmc's states (interpolated,
     permuted, merged, from a checkpoint's ``net.`` entries) are plain dicts, and some modules
     refuse those (torchvision's MNASNet raises without its version)."""
     if getattr(state, "_metadata", None) is None:
-        state = OrderedDict(state)
-        state._metadata = module.state_dict()._metadata  # type: ignore[attr-defined]
+        state = _VersionedState(state)
+        meta = module.state_dict()._metadata  # type: ignore[attr-defined]  # not in torch's dict[str, Any]
+        state._metadata = meta
     module.load_state_dict(state)
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import numpy as np
 import torch
@@ -52,6 +52,9 @@ from lmc.permutation import (
     invert_permutation,
     spec_for,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 StateDict = Mapping[str, Tensor]
 Matrices = dict[str, Tensor]
@@ -237,6 +240,17 @@ def _best_step(poly: np.ndarray) -> tuple[float, float]:
     return candidates[best], values[best] - values[0]
 
 
+class CCMMOptions(TypedDict, total=False):
+    """The keyword options of :func:`ccmm`, as :func:`ccmm_merge` takes them."""
+
+    keys: Sequence[str] | None
+    reference: int
+    max_iter: int
+    tol: float
+    init: Sequence[Mapping[str, Tensor]] | None
+    names: Sequence[str] | None
+
+
 def ccmm(
     models: Sequence[StateDict | nn.Module],
     spec: PermutationSpec | None = None,
@@ -364,11 +378,11 @@ def _mean(states: Sequence[StateDict]) -> dict[str, Tensor]:
 def ccmm_merge(
     models: Sequence[StateDict | nn.Module],
     spec: PermutationSpec | None = None,
-    **kwargs: object,
+    **kwargs: Unpack[CCMMOptions],
 ) -> dict[str, Tensor]:
     """``1/N sum_i P_i(theta_i)``: the CCMM merge of N models (keyword arguments as in
     :func:`ccmm`). Reset BatchNorm statistics on data before evaluating a BatchNorm net."""
-    return ccmm(models, spec, **kwargs).merged  # type: ignore[arg-type]
+    return ccmm(models, spec, **kwargs).merged
 
 
 def ccmm_perms(

@@ -227,6 +227,28 @@ MERGE_METHODS = MergeRegistry()
 _MATCHING_ARGS = ("states", "spec", "keys", "reference", "method", "seed")
 
 
+class _PermutationMethod:
+    """The merge method :func:`by_permutation` makes: ``method(inputs, **options) -> Merged``,
+    named and documented as ``permutations``, the function it wraps; ``nested`` as there."""
+
+    def __init__(self, perms_fn: Callable[..., list[Permutation]], nested: bool) -> None:
+        self.permutations = perms_fn
+        self.nested = nested
+        self.__name__ = self.__qualname__ = perms_fn.__name__
+        self.__doc__ = perms_fn.__doc__
+
+    def __call__(self, inputs: MergeInputs, **options: Any) -> Merged:
+        settings = declared(
+            self.permutations,
+            keys=inputs.keys,
+            reference=inputs.reference,
+            method=inputs.wm_method,
+            seed=inputs.seed,
+        )
+        perms = self.permutations(inputs.states, inputs.spec, **settings, **options)
+        return Merged.from_perms(inputs.states, inputs.spec, perms)
+
+
 def by_permutation(
     perms_fn: Callable[..., list[Permutation]], *, nested: bool = False
 ) -> MergeMethod:
@@ -238,23 +260,7 @@ def by_permutation(
     models. ``nested``: the first n models' permutations are the first n of all models' (each
     model matched on its own), so one call serves every n of a sweep.
     """
-
-    def method(inputs: MergeInputs, **options: Any) -> Merged:
-        settings = declared(
-            perms_fn,
-            keys=inputs.keys,
-            reference=inputs.reference,
-            method=inputs.wm_method,
-            seed=inputs.seed,
-        )
-        perms = perms_fn(inputs.states, inputs.spec, **settings, **options)
-        return Merged.from_perms(inputs.states, inputs.spec, perms)
-
-    method.__name__ = method.__qualname__ = perms_fn.__name__
-    method.__doc__ = perms_fn.__doc__
-    method.permutations = perms_fn  # type: ignore[attr-defined]
-    method.nested = nested  # type: ignore[attr-defined]
-    return method
+    return _PermutationMethod(perms_fn, nested)
 
 
 def _signature_of(fn: MergeMethod) -> inspect.Signature:

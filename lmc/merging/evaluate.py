@@ -229,7 +229,8 @@ def evaluate_merge(
         raise ValueError(f"got {n} aligned models but statistics of {len(originals.metrics)}")
     metrics: dict[str, float] = {}
     if merged is None:
-        model = _load_merge(copy.deepcopy(net), aligned, align_batches)  # type: ignore[arg-type]
+        assert aligned is not None  # checked above: one of the two is given
+        model = _load_merge(copy.deepcopy(net), aligned, align_batches)
     else:
         shell = Merged(dict(merged), heads=heads).model(net)
         model = _load_merge(shell, [merged], align_batches)

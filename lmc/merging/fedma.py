@@ -234,12 +234,13 @@ def fedma(
 
     def train_clients(clients: list, frozen: Sequence[str], seed0: int) -> list:
         """Each client's state after ``epochs`` of local training (``frozen`` keys fixed)."""
+        assert net is not None and client_batches is not None  # checked above
         out = []
         for j, state in enumerate(clients):
-            model = materialize(net, state)  # type: ignore[arg-type]
+            model = materialize(net, state)
             local_train(
                 model,
-                client_batches[j],  # type: ignore[index]
+                client_batches[j],
                 epochs,
                 lr,
                 momentum,
@@ -255,7 +256,8 @@ def fedma(
             clients = [dict(global_state) for _ in range(J)]
             clients = train_clients(clients, (), seed + 1000 * rnd)
         if pruning is not None:
-            clients = prune_models(net, clients, pruning)  # type: ignore[arg-type]
+            assert net is not None  # checked above: pruning needs net
+            clients = prune_models(net, clients, pruning)
         done: set[str] = set()
         for g in order:
             incoming = [

@@ -375,8 +375,9 @@ def otfusion(
     anchor = _resize_base(states[base], spec, bsizes, target)
     acts = anchor_acts = None
     if needs_data:
-        acts = [_activations(net, s, spec, batches) for s in states]  # type: ignore[arg-type]
-        anchor_acts = _activations(net, anchor, spec, batches)  # type: ignore[arg-type]
+        assert net is not None and batches is not None  # checked above
+        acts = [_activations(net, s, spec, batches) for s in states]
+        anchor_acts = _activations(net, anchor, spec, batches)
     maps: list[dict[str, Tensor]] = [{} for _ in states]
     plans: dict[str, list[np.ndarray]] = {}
     for g in group_order(spec):
@@ -405,7 +406,8 @@ def otfusion(
                 else np.zeros((n, m))
             )
             if metric == "activation":
-                act = torch.cdist(acts[i][g].T.cpu(), anchor_acts[g].T.cpu()).numpy()  # type: ignore[index]
+                assert acts is not None and anchor_acts is not None  # needs_data: computed above
+                act = torch.cdist(acts[i][g].T.cpu(), anchor_acts[g].T.cpu()).numpy()
                 # units of equal activations (e.g. dead ones) are told apart by their weights
                 cost = act + 1e-6 * max(act.max(), 1e-12) * cost / max(cost.max(), 1e-12)
             mu = _marginal(marginals, g, n, acts[i][g] if acts else None, "model", False)

@@ -110,6 +110,8 @@ class SinkhornRebasin(nn.Module):
         names: how to call the two models in error messages.
     """
 
+    _template: nn.Module  # the net's private copy, set in __init__ (not a submodule)
+
     def __init__(
         self,
         net: nn.Module,
@@ -189,7 +191,7 @@ class SinkhornRebasin(nn.Module):
 
     def forward(self, x: Tensor, alpha: float, tau: float) -> Tensor:
         """Output of the relaxed mixture on ``x`` (train mode: batch statistics)."""
-        template: nn.Module = self._template  # type: ignore[assignment]
+        template = self._template
         template.train()
         return functional_call(template, self.mixed_state(alpha, tau), (x,))
 

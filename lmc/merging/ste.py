@@ -173,6 +173,8 @@ class STEMM(MergeSearch):
             (building cost matrices).
     """
 
+    _template: nn.Module  # the net's private copy, set in __init__ (not a submodule)
+
     def __init__(
         self,
         net: nn.Module,
@@ -369,7 +371,7 @@ class STEMM(MergeSearch):
 
     def forward(self, x: Tensor, weights: Sequence[float] | Tensor, ste: bool = True) -> Tensor:
         """Output of the mixed model on ``x`` (train mode: BatchNorm uses batch statistics)."""
-        template: nn.Module = self._template  # type: ignore[assignment]
+        template = self._template
         template.train()
         return functional_call(template, self.mixed_state(weights, ste), (x,))
 

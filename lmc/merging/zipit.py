@@ -31,8 +31,8 @@ trunk with per-model heads) is not built yet.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -376,4 +376,11 @@ def _check_zip_options(options: dict[str, Any], spec: PermutationSpec | None, fi
             raise ValueError(f"{field}.zip_until: {err}") from None
 
 
-zip_merge.check_options = _check_zip_options  # type: ignore[attr-defined]
+class _ChecksOptions(Protocol):
+    """A merge method with its own check of its options (read by ``contract.check_options``)."""
+
+    check_options: Callable[[dict[str, Any], PermutationSpec | None, str], None]
+
+
+# the check as an attribute of zip_merge (the cast: a function object takes any attribute)
+cast(_ChecksOptions, zip_merge).check_options = _check_zip_options

@@ -70,8 +70,9 @@ def _probes(
         yield [v * p.detach() for v, p in zip(vs, params)] if weighted else vs
 
 
-def _dot(a: Sequence[Tensor | None], b: Sequence[Tensor]) -> Tensor:
-    return sum((x * y).sum() for x, y in zip(a, b) if x is not None)  # type: ignore[return-value]
+def _dot(a: Sequence[Tensor | None], b: Sequence[Tensor]) -> Tensor | int:
+    """``<a, b>`` over the entries of ``a`` that are not ``None`` (0 if there are none)."""
+    return sum((x * y).sum() for x, y in zip(a, b) if x is not None)
 
 
 def hutchinson_traces(
@@ -165,10 +166,12 @@ def hessian_matrix(
     def loss_of(flat: Tensor) -> Tensor:
         chunks = flat.split([math.prod(s) for s in shapes])
         state = {n: c.view(s) for n, c, s in zip(names, chunks, shapes)}
-        return sum(
+        total = sum(
             w * loss_fn(functional_call(model, state, (x,)), y)
             for (x, y), w in zip(batches, weights)
-        )  # type: ignore[return-value]
+        )
+        assert isinstance(total, Tensor)  # batches is not empty (_weights checked)
+        return total
 
     was_training = model.training
     model.eval()

@@ -236,8 +236,9 @@ class Problem:
         self, g: str, products: list[tuple[Member, Tensor]], perm: Mapping[str, Tensor]
     ) -> None:
         """After group ``g`` was solved: update its keys from its (current) member products."""
-        if self.static[g] is not None:
-            self.static_values[g] = _trace(self.static[g], perm[g])  # type: ignore[arg-type]
+        stat = self.static[g]
+        if stat is not None:
+            self.static_values[g] = _trace(stat, perm[g])
         for m, prod in products:
             if m.key in self.self_loop:
                 self.values[m.key] = self._value(m.key, perm)

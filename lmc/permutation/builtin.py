@@ -8,8 +8,8 @@ shortcut conv/norm, every block's ``conv2``/``bn2`` output and the next readers,
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import cast
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 from torch import Tensor, nn
 
@@ -134,7 +134,9 @@ def resnet_spec(model: ResNet) -> PermutationSpec:
     return PermutationSpec(axes, {g: tuple(p) for g, p in acts.items()})
 
 
-_BUILTIN = (
+#: (class, its spec function): a function only gets models of exactly its class, a pairing no
+#: static type expresses (so ``Any``)
+_BUILTIN: tuple[tuple[type[nn.Module], Callable[[Any], PermutationSpec]], ...] = (
     (MLP, mlp_spec),
     (TwoLayerReLU, two_layer_spec),
     (VGG, vgg_spec),
@@ -161,7 +163,7 @@ def spec_for(
     """
     for cls, fn in _BUILTIN:
         if type(model) is cls:
-            return fn(model)  # type: ignore[arg-type]
+            return fn(model)
     if example_input is None:
         raise TypeError(
             f"no built-in permutation spec for {type(model).__name__}; pass example_input to "

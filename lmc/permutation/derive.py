@@ -96,7 +96,8 @@ class _Deriver(AttentionRules, ShapeRules, ViewRules, FunctionalRules):
 
     # -- helpers -------------------------------------------------------------------------
     def err(self, msg: str) -> SpecDerivationError:
-        return SpecDerivationError(f"{_describe(self.node)}: {msg}")  # type: ignore[arg-type]
+        assert self.node is not None  # raised only while run() visits a node
+        return SpecDerivationError(f"{_describe(self.node)}: {msg}")
 
     def _in(self, node: fx.Node, i: int = 0) -> Feature:
         arg = node.args[i] if i < len(node.args) else None

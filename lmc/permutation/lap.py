@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol, TypeGuard
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -42,6 +43,12 @@ class LapSolution:
 
 
 LapSolver = Callable[[np.ndarray], LapSolution]
+
+
+class WarmLapSolver(Protocol):
+    """A solver that also takes a previous solution to start from (``warm``)."""
+
+    def __call__(self, cost: np.ndarray, warm: LapSolution | None = None) -> LapSolution: ...
 
 
 def scipy_solver(cost: np.ndarray) -> LapSolution:
@@ -199,7 +206,7 @@ def get_solver(solver: str | LapSolver) -> tuple[LapSolver, bool]:
         ) from None
 
 
-def accepts_warm(fn: LapSolver) -> bool:
+def accepts_warm(fn: LapSolver) -> TypeGuard[WarmLapSolver]:
     """Whether ``fn`` takes a ``warm`` keyword (a previous solution to start from)."""
     try:
         return "warm" in inspect.signature(fn).parameters
@@ -242,7 +249,9 @@ class TimedSolver:
 
     def __init__(self, solver: str | LapSolver) -> None:
         self.fn, self.returns_duals = get_solver(solver)
-        self.warm_start = accepts_warm(self.fn)
+        #: the solver again where it takes a ``warm`` keyword (``warm_start``), else ``None``
+        self.warm_fn: WarmLapSolver | None = self.fn if accepts_warm(self.fn) else None
+        self.warm_start = self.warm_fn is not None
         #: problems solved at once by default: the built-in solvers release the GIL (numba
         #: ``nogil``, scipy's C++), so one per core; a callable may not be thread-safe, so one
         self.workers = 1 if callable(solver) else available_cores()
@@ -307,8 +316,8 @@ class TimedSolver:
             raise LapInputError(f"LAP cost matrix must be square, got shape {cost.shape}")
         if not self.float32:
             cost = np.asarray(cost, dtype=np.float64)
-        if self.warm_start:
-            return self.fn(cost, warm=warm)  # type: ignore[call-arg]
+        if self.warm_fn is not None:
+            return self.warm_fn(cost, warm=warm)
         if not np.isfinite(cost).all():
             raise _nonfinite_error(cost)
         if warm is not None and warm.u is not None and warm.v is not None:

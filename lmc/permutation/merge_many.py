@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,10 +23,14 @@ from lmc.permutation.spec import Permutation, PermutationSpec, StateDict, check_
 from lmc.permutation.weight_matching import (
     MatchingState,
     Method,
+    PassedMatchingOptions,
     _resolve_spec,
     as_state_dict,
     weight_matching,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 @dataclass
@@ -66,7 +71,7 @@ def merge_many(
     max_rounds: int = 100,
     tol: float = 1e-9,
     seed: int = 0,
-    **wm_kwargs: object,
+    **wm_kwargs: Unpack[PassedMatchingOptions],
 ) -> MergeManyResult:
     """Align ``N >= 2`` models to each other and average them.
 
@@ -114,7 +119,7 @@ def merge_many(
                 method=method,
                 init=wm_state[i] if wm_state[i] is not None else perms[i],
                 seed=int(rng.integers(2**31)),
-                **wm_kwargs,  # type: ignore[arg-type]
+                **wm_kwargs,
             )
             wm_state[i], perms[i] = res.state, res.perm
             permuted[i] = apply_permutation(states[i], spec, perms[i], check=False)

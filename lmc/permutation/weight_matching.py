@@ -42,7 +42,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 import torch
@@ -61,6 +61,9 @@ from lmc.permutation.spec import (
     check_permutation,
     check_same_architecture,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 Method = Literal["plain", "accelerated"]
 
@@ -131,6 +134,25 @@ class WeightMatchingResult:
     def solve_share(self) -> float:
         """Fraction of the wall time spent in LAP solves."""
         return self.solve_seconds / self.seconds if self.seconds > 0 else 0.0
+
+
+class PassedMatchingOptions(TypedDict, total=False):
+    """Options of :func:`weight_matching` that :func:`~lmc.permutation.merge_many` passes on."""
+
+    solver: str | LapSolver | None
+    max_sweeps: int
+    keys: Iterable[str] | None
+    cache_source: bool
+    workers: int | None
+
+
+class WeightMatchingOptions(PassedMatchingOptions, total=False):
+    """The keyword options of :func:`weight_matching`, as :func:`align_weights` takes them."""
+
+    method: Method
+    init: MatchingState | Mapping[str, Tensor] | None
+    tol: float
+    seed: int | None
 
 
 def as_state_dict(x: StateDict | nn.Module) -> StateDict:
@@ -506,12 +528,12 @@ def align_weights(
     target: StateDict | nn.Module,
     source: StateDict | nn.Module,
     spec: PermutationSpec | None = None,
-    **kwargs: object,
+    **kwargs: Unpack[WeightMatchingOptions],
 ) -> tuple[dict[str, Tensor], WeightMatchingResult]:
     """Weight-match ``source`` to ``target`` and return ``pi(source)`` with the result.
 
     Keyword arguments are passed to :func:`weight_matching`.
     """
     spec = _resolve_spec(spec, target, source)
-    result = weight_matching(target, source, spec, **kwargs)  # type: ignore[arg-type]
+    result = weight_matching(target, source, spec, **kwargs)
     return apply_permutation(as_state_dict(source), spec, result.perm), result
