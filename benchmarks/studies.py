@@ -236,9 +236,12 @@ def fusion(table: pd.DataFrame) -> dict[str, float]:
     strategy, rate > 0) cells beat their strategy's fine-tune-only control (rate 0: the dense
     models fine-tuned as long, then fused); the dense fusion's, each control's and each
     strategy's best accuracy."""
-    rows = _metric(table, "otfusion", "fused/test/acc")
+    rows = _metric(table, "otfusion", "otfusion/n2/test/acc")
     cells = rows.groupby(
-        ["model.init_args.otfusion.prune_strategy", "model.init_args.otfusion.prune_rate"]
+        [
+            "model.init_args.method_options.otfusion.prune_strategy",
+            "model.init_args.method_options.otfusion.prune_rate",
+        ]
     )
     means = cells["value"].mean()
     rate0 = {k[0]: float(v) for k, v in means.items() if float(k[1]) == 0}
@@ -327,10 +330,11 @@ def mnist_width(table: pd.DataFrame) -> dict[str, float]:
 
 
 def fedma(table: pd.DataFrame) -> dict[str, float]:
-    """000 Table 5: FedMA's global test accuracy per pruning rate (mean over seeds), and the
+    """000 Table 5: FedMA's global test accuracy per pruning rate (mean over the federations), and the
     fraction of rates > 0 above the unpruned (rate 0) one."""
-    rows = _metric(table, "train", "fused/test/acc")
-    means = rows.groupby("model.init_args.fedma.prune_rate")["value"].mean().sort_index()
+    rows = _metric(table, "fedma", "fedma/n5/test/acc")
+    rate = "model.init_args.method_options.fedma.prune_rate"
+    means = rows.groupby(rate)["value"].mean().sort_index()
     out = {f"fedma_acc_rate{float(r):g}": float(v) for r, v in means.items()}
     if 0.0 in means.index and len(means) > 1:
         pruned = means[means.index > 0]

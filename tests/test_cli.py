@@ -52,8 +52,10 @@ def fake_data_dir(tmp_path_factory) -> Path:
 def _tiny_overlay(config: Path, root: Path, data_dir: Path) -> list[str]:
     cfg = load_yaml(config)
     data = cfg["data"]["class_path"]
-    # a ClassSubset's loader and split settings are those of the data module it wraps
-    inner = "--data.init_args.data.init_args." if data == "lmc.data.ClassSubset" else None
+    # a ClassSubset's (FederatedClients') loader and split settings are those of the data module
+    # it wraps
+    wraps = data in ("lmc.data.ClassSubset", "lmc.data.FederatedClients")
+    inner = "--data.init_args.data.init_args." if wraps else None
     args = [
         "--trainer.max_steps=1",
         "--trainer.max_epochs=1",
@@ -80,6 +82,8 @@ def _tiny_overlay(config: Path, root: Path, data_dir: Path) -> list[str]:
         ]
     if inner:
         args = [a.replace("--data.init_args.", inner) for a in args]
+    if data == "lmc.data.FederatedClients":  # a few examples of each class: two clients
+        args.append("--data.init_args.clients=2")
     net = cfg["model"]["init_args"].get("net", {}).get("init_args", {})
     if net.get("width", 1) > 2:  # x4/x16 recipes: same code path, CPU-sized
         args.append("--model.init_args.net.init_args.width=1")
@@ -515,3 +519,33 @@ def test_a_spawn_from_the_last_epoch_is_refused(tmp_path):
     point = parent / "checkpoints" / "spawn" / "epoch=1.ckpt"
     with pytest.raises(ValueError, match=r"trained 1 epoch\(s\) and trainer.max_epochs is 1"):
         _fit_quick(tmp_path / "child", "--trainer.max_epochs=1", f"--spawn_from={point}")
+
+
+def test_a_dotted_key_into_method_options_sets_one_entry(tmp_path):
+    """A study's grid sets a merge method's options one key at a time
+    (``--model.init_args.method_options.otfusion.prune_rate=0.5``); jsonargparse replaced the
+    whole mapping with that one entry, silently dropping the config's other options. They are
+    merged on top of the config files and earlier arguments, in order."""
+    from lmc.engine.moved import merge_mapping_args
+    from lmc.engine.parse import resolve_config
+
+    config = str(CONFIGS / "merge" / "mnist_mlp_otfusion.yaml")
+    args = [
+        "validate",
+        "-c",
+        config,
+        "--model.init_args.method_options.otfusion.prune_strategy=iterative",
+        "--model.init_args.method_options.otfusion.prune_rate",
+        "0.5",
+        "--model.init_args.method_options.naive={}",
+    ]
+    opts = resolve_config(args)["model"]["init_args"]["method_options"]
+    assert opts["otfusion"]["prune_rate"] == 0.5
+    assert opts["otfusion"]["prune_strategy"] == "iterative"
+    assert opts["otfusion"]["finetune_lr"] == 0.001  # the config's, kept
+    assert opts["naive"] == {}
+    # a whole mapping given after the dotted keys replaces them, as jsonargparse would
+    later = merge_mapping_args([*args[:4], "--model.init_args.method_options={zip: {}}"])
+    assert later[-1] == "--model.init_args.method_options={zip: {}}"
+    untouched = ["fit", "-c", config, "--trainer.max_epochs", "2"]
+    assert merge_mapping_args(untouched) == untouched

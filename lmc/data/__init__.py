@@ -9,6 +9,7 @@ Every data module offers ``train/val/test/predict_dataloader`` plus ``alignment_
 
 from lmc.data.base import BaseDataModule
 from lmc.data.fake import write_fake_cifar10, write_fake_cifar100, write_fake_mnist
+from lmc.data.federated import FederatedClients
 from lmc.data.formats import DatasetCorruptError, DatasetNotFoundError
 from lmc.data.memory import BatchAugment, InMemoryImageDataset
 from lmc.data.subset import ClassSubset, class_counts
@@ -35,6 +36,7 @@ __all__ = [
     "DatasetCorruptError",
     "DatasetNotFoundError",
     "FashionMNISTDataModule",
+    "FederatedClients",
     "InMemoryImageDataset",
     "MNISTDataModule",
     "PolynomialDataModule",

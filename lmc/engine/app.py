@@ -22,7 +22,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lmc.engine.errors import LMCArgumentParser, condensed_error, quiet_third_party
-from lmc.engine.moved import moved_keys_error
+from lmc.engine.moved import merge_mapping_args, moved_keys_error
 from lmc.engine.progress import ProgressBar
 from lmc.engine.resume import (
     AtomicCheckpointIO,
@@ -124,10 +124,18 @@ class LMCCLI(SeamCLI):
     def parse_arguments(self, parser: Any, args: Any) -> None:
         # Name the new key of a config key that moved (e.g. grouped options) before jsonargparse
         # rejects it as unknown without saying where it went.
-        message = moved_keys_error(sys.argv[1:] if args is None else args)
-        message = message or _config_file_error(sys.argv[1:] if args is None else args)
+        given = sys.argv[1:] if args is None else args
+        message = moved_keys_error(given)
+        message = message or _config_file_error(given)
         if message:
             parser.error(message)
+        # a dotted key into a mapping option sets one entry, not the whole mapping
+        merged = merge_mapping_args(given)
+        if merged != list(given):
+            if args is None:  # the command line itself (Lightning warns when given both)
+                sys.argv[1:] = merged
+            else:
+                args = merged
         super().parse_arguments(parser, args)
 
     def parse_checkpoint_path(self) -> None:

@@ -4,9 +4,10 @@ rejects the old one as unknown without saying where it went."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -37,6 +38,14 @@ REPLACED_TASKS: dict[str, str] = {
         search="search.* -> method_options.sinkhorn.*, ",
         example="mnist_mlp_sinkhorn.yaml",
     ),
+    "OTFusionTask": "lmc validate with lmc.tasks.MergeTask and methods: [otfusion, naive] (naive: "
+    "the plain average it reported as vanilla_avg); otfusion.* -> method_options.otfusion.*; "
+    "results: fused/{split}/* -> otfusion/n{n}/{split}/*; see configs/merge/mnist_mlp_otfusion.yaml",
+    "FedMATask": "a study that trains each client with lmc fit on lmc.data.FederatedClients "
+    "(federated.{clients, alpha} -> data.init_args.*, one run per data.init_args.client) and "
+    "merges them with lmc validate, lmc.tasks.MergeTask, methods: [fedma] (fedma.* -> "
+    "method_options.fedma.*); see configs/studies/000_fedma.yaml and "
+    "configs/merge/mnist_mlp_fedma.yaml",
 }
 
 
@@ -80,7 +89,72 @@ def moved_keys_error(args: Any) -> str | None:
     return f"{class_path}: " + "; ".join(problems) + ". Update the config to the new keys."
 
 
-def _is_mapping(value: Any) -> bool:
+#: init arguments that are mappings of mappings (``{method: {option: value}}``), whose entries
+#: a config or a study's grid sets by dotted key (``--model.init_args.method_options.zip.alpha``)
+MAPPING_OPTIONS = ("method_options",)
+
+
+def merge_mapping_args(args: Sequence[str]) -> list[str]:
+    """``args`` with every dotted key into a :data:`MAPPING_OPTIONS` mapping
+    (``--model.init_args.method_options.otfusion.prune_rate=0.5``) merged into the mapping the
+    config files and earlier arguments give, passed as one ``--model.init_args.<option>=<json>``
+    after them: jsonargparse would otherwise replace the whole mapping with that one entry,
+    silently dropping the config's other options (a study's grid sets them one key at a time).
+    """
+    items = [str(a) for a in args]
+    current: dict[str, dict[str, Any]] = {}
+    dotted: set[str] = set()
+    out: list[str] = []
+    i = 0
+    while i < len(items):
+        arg = items[i]
+        i += 1
+        name, eq, value = arg.partition("=")
+        given = [arg]
+        if not eq and name.startswith("-") and i < len(items):
+            if not items[i].startswith("--") and items[i] != "-c":
+                value, i = items[i], i + 1
+                given.append(value)
+        if name in ("-c", "--config", "--model"):
+            cfg = _load(value)
+            cfg = {"model": cfg} if name == "--model" else cfg
+            for section in (
+                [cfg, *(cfg.get(sub) for sub in _SUBCOMMANDS)] if _is_mapping(cfg) else []
+            ):
+                model = section.get("model") if _is_mapping(section) else None
+                init = model.get("init_args") if _is_mapping(model) else None
+                for key in MAPPING_OPTIONS:
+                    if _is_mapping(init) and _is_mapping(init.get(key)):
+                        current[key] = _copy_mapping(init[key])
+        option = name.removeprefix("--model.").removeprefix("init_args.")
+        key, dot, rest = option.partition(".")
+        if not name.startswith("--model.") or key not in MAPPING_OPTIONS:
+            out += given
+            continue
+        parsed = _load(value)
+        if not dot:  # the whole mapping: it replaces what came before
+            current[key] = _copy_mapping(parsed) if _is_mapping(parsed) else {}
+            dotted.discard(key)
+            out += given
+            continue
+        entry, _, field = rest.partition(".")
+        target = current.setdefault(key, {})
+        if field:
+            if not _is_mapping(target.get(entry)):
+                target[entry] = {}
+            target[entry][field] = parsed
+        else:
+            target[entry] = parsed
+        dotted.add(key)
+    out += [f"--model.init_args.{k}={json.dumps(current[k])}" for k in sorted(dotted)]
+    return out
+
+
+def _copy_mapping(value: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: dict(v) if _is_mapping(v) else v for k, v in value.items()}
+
+
+def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return isinstance(value, Mapping)
 
 

@@ -108,6 +108,11 @@ def fedma_merge(
     clients = inputs.client_batches
     if epochs > 0 or rounds > 1:
         clients = inputs.need("client_batches", "fedma")
+    if clients is not None and len(clients) != len(inputs.states):
+        raise ValueError(
+            f"merge method 'fedma' got {len(inputs.states)} models but {len(clients)} clients' "
+            "batches: give one checkpoint per client, in client order"
+        )
     counts = None
     if clients is not None:
         labels = [torch.cat([b[1] for b in c]).cpu() if c else torch.zeros(0) for c in clients]

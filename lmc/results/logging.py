@@ -88,7 +88,7 @@ def publish(
     the long format of the series) as ``{prefix}/{name}``, the figures as
     ``{prefix}/{name}`` images, the ``plots`` and the summary numbers in ``run.summary``.
     The record notes ``prefix`` as its detail ``logged_as``, so a study's W&B Report asks for
-    the keys the task logged (``fusion/fused/test/acc``, not a stage kind's guess). Call it on
+    the keys the task logged (``merge/otfusion/n2/test/acc``, not a stage kind's guess). Call it on
     global rank zero only.
     """
     out.mkdir(parents=True, exist_ok=True)

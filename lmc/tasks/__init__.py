@@ -3,7 +3,6 @@
 from lmc.tasks.classification import ClassificationTask, RegressionTask, TrainTask
 from lmc.tasks.curves import CurveTask
 from lmc.tasks.ensemble import TrainAndInterpolateTask
-from lmc.tasks.fusion import FedMATask, OTFusionTask
 from lmc.tasks.interpolation import InterpolationTask
 from lmc.tasks.merge import MergeTask
 from lmc.tasks.pam import PAMTask
@@ -14,10 +13,8 @@ __all__ = [
     "AdversarialClassificationTask",
     "ClassificationTask",
     "CurveTask",
-    "FedMATask",
     "InterpolationTask",
     "MergeTask",
-    "OTFusionTask",
     "PAMTask",
     "RegressionTask",
     "TrainAndInterpolateTask",

@@ -111,9 +111,12 @@ class MergeReporter:
         **settings: Any,
     ) -> MergeInputs:
         """What the merge methods get: the models, net and batches on the module's device, the
-        parameters as matching keys, and ``settings`` (reference, seed, wm_method)."""
+        parameters as matching keys, each model's own batches where the data module has
+        clients (:class:`~lmc.data.FederatedClients`: the checkpoints in client order), and
+        ``settings`` (reference, seed, wm_method)."""
         device = module.device
         dm = datamodule_of(module.trainer)
+        clients = getattr(dm, "client_batches", None)
         return MergeInputs(
             [{k: v.to(device) for k, v in s.items()} for s in states],
             spec,
@@ -122,6 +125,7 @@ class MergeReporter:
             loss=default_loss(dm),
             align_batches=self.batches(module)[1],
             train_batches=train_batches(dm, device),
+            client_batches=clients(device) if clients is not None else None,
             **settings,
         )
 

@@ -6,15 +6,9 @@
       init_args:
         evaluation: {splits: [train, test], pairwise: true, sharpness_probes: 10}
 
-    model:
-      class_path: lmc.tasks.OTFusionTask
-      init_args:
-        otfusion: {metric: activation, prune_rate: 0.5, prune_strategy: finetune_once}
-
 A group left out takes its defaults; a study's grid sets one field by its dotted key
-(``model.init_args.otfusion.prune_rate``). The groups of a registered merge method
-(:class:`OTFusionOptions`, :class:`FedMAOptions`) are its keyword options, field for field
-(a test holds them equal), so a task passes them on as they are.
+(``model.init_args.evaluation.pairwise``). A merge method's options are not a group: they
+live in its function's signature (``method_options``).
 """
 
 from __future__ import annotations
@@ -23,7 +17,6 @@ from dataclasses import dataclass, fields
 
 from lmc.interpolation.barrier import alpha_grid
 from lmc.interpolation.study import Repair
-from lmc.merging.otfusion import Metric, PruneStrategy
 from lmc.options import EvaluationOptions
 
 
@@ -114,85 +107,3 @@ class MergeEvaluationOptions(EvaluationOptions):
                 f"evaluation.tasks: labels {out} are not classes of the data (it has "
                 f"{num_classes}: 0 to {num_classes - 1}); got {self.tasks}"
             )
-
-
-@dataclass(frozen=True)
-class OTFusionOptions:
-    """The options of the registered ``otfusion`` merge method
-    (:func:`lmc.merging.fusion.otfusion_merge`; 000 §5, Table 2).
-
-    Args:
-        base: index of the base (target) model (default the first).
-        metric: ``weight`` or ``activation`` (on the alignment subset).
-        marginals: ``uniform`` or ``activation``.
-        target_width: fused width of every group (default the base's).
-        allow_shrink: allow a target narrower than the base.
-        prune_rate: magnitude-pruning rate before alignment (0: none).
-        prune_strategy: ``only_prune``, ``finetune_once`` or ``iterative`` (000 §5). At rate 0,
-            ``only_prune`` fuses the dense models as they are and a fine-tuning strategy
-            fine-tunes the dense models for its ``prune_rounds`` x ``finetune_epochs`` epochs
-            (the fine-tune-only control).
-        prune_rounds: rounds of ``iterative``.
-        finetune_epochs, finetune_lr: fine-tuning after each pruning (SGD, momentum 0.9, on the
-            training split).
-    """
-
-    base: int | None = None
-    metric: Metric = "weight"
-    marginals: str = "uniform"
-    target_width: int | None = None
-    allow_shrink: bool = False
-    prune_rate: float = 0.0
-    prune_strategy: PruneStrategy = "only_prune"
-    prune_rounds: int = 1
-    finetune_epochs: int = 1
-    finetune_lr: float = 1e-3
-
-
-@dataclass(frozen=True)
-class FedMAOptions:
-    """The options of the registered ``fedma`` merge method
-    (:func:`lmc.merging.fusion.fedma_merge`; 000 §5, Tables 4-5).
-
-    Args:
-        rounds: communication rounds (000 Table 4: 9).
-        epochs: local epochs after each layer's matching and per later round (000 Table 4: 20).
-        lr, momentum, weight_decay: the clients' SGD (000 Table 4: lr 0.1).
-        sigma, sigma0, gamma: BBP-MAP matching settings.
-        max_width: cap on a global layer's width, a multiple of the client width.
-        prune_rate: magnitude-pruning rate before each matching (0: none; 000 Table 5: 0.1-0.5).
-    """
-
-    rounds: int = 1
-    epochs: int = 1
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    sigma: float = 1.0
-    sigma0: float = 1.0
-    gamma: float = 1.0
-    max_width: float = 1.5
-    prune_rate: float = 0.0
-
-
-@dataclass(frozen=True)
-class ClientOptions:
-    """FedMA's clients (000 §5): a Dirichlet non-IID split of the training data.
-
-    Args:
-        clients: number of clients J.
-        alpha: Dirichlet concentration of the label split.
-        local_epochs: epochs each client trains before the first matching.
-        batch_size: the clients' batch size (000 Table 4: 20).
-    """
-
-    clients: int = 5
-    alpha: float = 0.5
-    local_epochs: int = 1
-    batch_size: int = 64
-
-    def __post_init__(self) -> None:
-        if self.clients < 2:
-            raise ValueError(f"federated.clients must be >= 2, got {self.clients}")
-        if not self.alpha > 0:
-            raise ValueError(f"federated.alpha must be > 0, got {self.alpha}")

@@ -6,6 +6,8 @@ give the merged state; data a method needs and options it does not take are refu
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -210,20 +212,6 @@ def test_unknown_method_lists_the_registered_names():
 
 
 @pytest.mark.parametrize(
-    ("name", "group"), [("otfusion", "OTFusionOptions"), ("fedma", "FedMAOptions")]
-)
-def test_a_task_option_group_is_its_methods_options(name, group):
-    """The fusion tasks pass their option group to the registered method as it is: the group's
-    fields are the method's keyword options, name for name."""
-    from dataclasses import fields
-
-    import lmc.tasks.options as options
-
-    cls = getattr(options, group)
-    assert [f.name for f in fields(cls)] == list(method_options(MERGE_METHODS.get(name)))
-
-
-@pytest.mark.parametrize(
     ("name", "options", "message"),
     [
         ("mergemany", {"max_rounds": 0}, r"mergemany\.max_rounds must be >= 1, got 0"),
@@ -255,6 +243,8 @@ def test_the_docs_trained_method_learns_to_weigh_the_better_model(monkeypatch):
 
     root = Path(__file__).parents[2]
     monkeypatch.syspath_prepend(str(root / "docs" / "how-to"))
+    monkeypatch.delitem(sys.modules, "learned_average", raising=False)  # registers on import
+    monkeypatch.setattr("lmc.registry._loaded", set())
     monkeypatch.setattr(MERGE_METHODS, "_entries", dict(MERGE_METHODS._entries))
     import learned_average  # registers it
 

@@ -184,13 +184,17 @@ def _tiny_net(name: str) -> torch.nn.Module:
 
 @pytest.mark.parametrize("name", FUSION_CONFIGS)
 def test_fusion_configs_run_and_write_the_record(name, tmp_path):
-    """Every shipped fusion config runs on tiny fake data and writes its results record."""
+    """Every shipped fusion config runs on tiny fake data through the merge front door
+    (MergeTask, lmc validate) and writes the merge record: OTFusion of two checkpoints, FedMA of
+    two clients with their own batches from lmc.data.FederatedClients (one retraining epoch)."""
     import json
 
     from lmc.data import write_fake_cifar10, write_fake_mnist
     from lmc.io import save_net_checkpoint
     from tests.helpers import CONFIGS, run_cli
 
+    fedma = "fedma" in name
+    data = "--data.init_args.data.init_args." if fedma else "--data.init_args."
     if "mnist" in name:
         write_fake_mnist(tmp_path / "data", "MNIST", n_train=64, n_test=16)
         width = ["--model.init_args.net.init_args.width=8"]
@@ -198,6 +202,12 @@ def test_fusion_configs_run_and_write_the_record(name, tmp_path):
         write_fake_cifar10(tmp_path / "data", n_train=64, n_test=16, archive=True)
         width = [f"--model.init_args.net.init_args.width={0.25 if 'resnet' in name else 0.0625}"]
         width += ["--model.init_args.net.init_args.depth=8"] if "resnet" in name else []
+    files = []
+    for s in range(2):
+        torch.manual_seed(s)
+        files.append(tmp_path / f"s{s}.ckpt")
+        save_net_checkpoint(_tiny_net(name).state_dict(), files[-1])
+    method = "fedma" if fedma else "otfusion"
     args = [
         "validate",
         "-c",
@@ -206,33 +216,26 @@ def test_fusion_configs_run_and_write_the_record(name, tmp_path):
         "--trainer.enable_progress_bar=false",
         "--trainer.accelerator=cpu",
         f"--trainer.default_root_dir={tmp_path / 'run'}",
-        f"--data.init_args.data_dir={tmp_path / 'data'}",
-        "--data.init_args.val_size=8",
-        "--data.init_args.alignment_size=16",
-        "--data.init_args.batch_size=16",
+        f"{data}data_dir={tmp_path / 'data'}",
+        f"{data}val_size=8",
+        f"{data}alignment_size=16",
+        f"{data}batch_size=16",
+        f"--model.init_args.checkpoints=[{files[0]}, {files[1]}]",
         *width,
     ]
-    if "otfusion" in name:
-        files = []
-        for s in range(2):
-            torch.manual_seed(s)
-            files.append(tmp_path / f"s{s}.ckpt")
-            save_net_checkpoint(_tiny_net(name).state_dict(), files[-1])
+    if fedma:
         args += [
-            f"--model.init_args.checkpoints=[{files[0]}, {files[1]}]",
-            "--model.init_args.otfusion.finetune_epochs=1",
+            "--data.init_args.clients=2",
+            "--model.init_args.method_options.fedma.epochs=1",
+            "--model.init_args.method_options.fedma.rounds=1",
         ]
     else:
-        args += [
-            "--model.init_args.federated.clients=2",
-            "--model.init_args.federated.local_epochs=1",
-            "--model.init_args.fedma.epochs=1",
-            "--model.init_args.fedma.rounds=1",
-        ]
+        args += ["--model.init_args.method_options.otfusion.finetune_epochs=1"]
     run_cli(*args)
     [summary] = (tmp_path / "run").rglob("summary.json")
     record = json.loads(summary.read_text())
-    assert record["kind"] == "fusion"
-    assert 0.0 <= record["summary"]["fused/test/acc"] <= 1.0
+    assert record["kind"] == "merge"
+    assert 0.0 <= record["summary"][f"{method}/n2/test/acc"] <= 1.0
+    assert 0.0 <= record["summary"]["naive/n2/test/acc"] <= 1.0
     # the prefix its summary was logged under, which a study's W&B Report reads (issue 32)
-    assert record["logged_as"] == "fusion"
+    assert record["logged_as"] == "merge"

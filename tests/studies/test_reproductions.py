@@ -161,7 +161,7 @@ def test_every_study_file_plans():
         "003_pq_lr": 30,
         "003_mnist_width": 30,
         "003_overlap": 192,
-        "000_fedma": 12,
+        "000_fedma": 27,
         "002_robust_curves": 8,
         "000_training_mnist": 24,
         "000_pruning_vgg": 48,
@@ -452,15 +452,17 @@ def test_000_fusion(tmp_path):
     rate 0.5, so they differ from the plain dense fusion; the originals' accuracies are the same
     two models' in every job."""
     strategy, rate = (
-        "model.init_args.otfusion.prune_strategy",
-        "model.init_args.otfusion.prune_rate",
+        "model.init_args.method_options.otfusion.prune_strategy",
+        "model.init_args.method_options.otfusion.prune_rate",
     )
     path = tiny_study(
         "000_fusion",
         tmp_path,
         grid={"data.init_args.seed": [0, 0], "seed_everything": [0, 1]},
         train_args=[*TINY_MNIST, *TINY_FIT],
-        stage_args={"otfusion": [*TINY_MNIST, "--model.init_args.otfusion.finetune_epochs=1"]},
+        stage_args={
+            "otfusion": [*TINY_MNIST, "--model.init_args.method_options.otfusion.finetune_epochs=1"]
+        },
     )
     study = yaml.safe_load(path.read_text())
     study["evaluate"][0]["grid"].update({rate: [0.0, 0.5]})
@@ -472,20 +474,24 @@ def test_000_fusion(tmp_path):
     budget = {"only_prune": 0.0, "finetune_once": 1.0, "iterative": 2.0}
     for s, epochs in budget.items():
         for r in (0.0, 0.5):
-            got = values(table, "otfusion", "finetune/epochs_per_model", **{strategy: s, rate: r})
+            got = values(
+                table, "otfusion", "otfusion/n2/finetune/epochs_per_model", **{strategy: s, rate: r}
+            )
             assert got == [epochs], (s, r, got)
-    (dense,) = values(table, "otfusion", "fused/test/loss", **{strategy: "only_prune", rate: 0.0})
+    loss = "otfusion/n2/test/loss"
+    (dense,) = values(table, "otfusion", loss, **{strategy: "only_prune", rate: 0.0})
     for s in ("finetune_once", "iterative"):
-        (control,) = values(table, "otfusion", "fused/test/loss", **{strategy: s, rate: 0.0})
+        (control,) = values(table, "otfusion", loss, **{strategy: s, rate: 0.0})
         assert control != dense, s
-    originals = set(values(table, "otfusion", "originals/test/acc_mean"))
+    originals = set(values(table, "otfusion", "otfusion/n2/test/originals_acc"))
     assert len(originals) == 1
     read = studies_benchmark.fusion(table)
     assert set(studies_benchmark.KEYS["000_fusion"]) <= set(read)
     for s in ("finetune_once", "iterative"):
-        (acc,) = values(table, "otfusion", "fused/test/acc", **{strategy: s, rate: 0.0})
+        (acc,) = values(table, "otfusion", "otfusion/n2/test/acc", **{strategy: s, rate: 0.0})
         assert read[f"fusion_finetune_only_acc_{s}"] == acc
-    (acc,) = values(table, "otfusion", "fused/test/acc", **{strategy: "only_prune", rate: 0.0})
+    only = {strategy: "only_prune", rate: 0.0}
+    (acc,) = values(table, "otfusion", "otfusion/n2/test/acc", **only)
     assert read["fusion_acc_rate0"] == acc
 
 
@@ -646,50 +652,69 @@ def test_003_overlap(tmp_path):
 
 
 def test_000_fedma(tmp_path, monkeypatch):
-    """A study of `lmc validate` jobs (train.command: validate): FedMA of 2 clients at pruning
-    rates 0 and 0.5 from one seed. The clients are trained before any pruning, so both jobs
-    report the same clients' accuracy to the last digit; the fused accuracies are reported.
-    Rate 0 is an equal-budget control: FedMA prunes with only_prune (no fine-tuning of its own)
-    and both jobs run the same number of local SGD steps (counted here)."""
+    """One federation of 2 clients, each trained by `lmc fit` on its share of a Dirichlet split
+    (lmc.data.FederatedClients), merged by FedMA at pruning rates 0 and 0.5. Both merges read the
+    same trained clients, so they report the same clients' accuracy to the last digit, and the
+    plain average of the clients (naive) is the same in both; the fused accuracies are
+    reported. Rate 0 is an equal-budget control: FedMA prunes with only_prune (no fine-tuning
+    of its own) and both merges run the same number of local SGD steps (counted here), on the
+    clients' own batches."""
     fedma_module = importlib.import_module("lmc.merging.fedma")  # lmc.merging.fedma: the function
-    fusion_task = importlib.import_module("lmc.tasks.fusion")
     fusion_methods = importlib.import_module("lmc.merging.fusion")  # the registered fedma
-    steps: list[list[int]] = [[]]  # per job, the SGD steps of every local_train call
+    steps: list[list[int]] = [[]]  # per merge, the SGD steps of every local_train call
     prunings: list[Any] = []
+    clients_seen: list[int] = []
     train, fuse = fedma_module.local_train, fusion_methods.fedma
 
     def counted(model, batches, epochs=1, *args, **kwargs):
         steps[-1].append(max(epochs, 0) * len(batches))
         return train(model, batches, epochs, *args, **kwargs)
 
-    def fused(*args, pruning=None, **kwargs):
-        out = fuse(*args, pruning=pruning, **kwargs)
+    def fused(*args, pruning=None, client_batches=None, **kwargs):
+        clients_seen.append(len(client_batches))
+        out = fuse(*args, pruning=pruning, client_batches=client_batches, **kwargs)
         prunings.append(pruning)
         steps.append([])
         return out
 
     monkeypatch.setattr(fedma_module, "local_train", counted)
-    monkeypatch.setattr(fusion_task, "local_train", counted)
     monkeypatch.setattr(fusion_methods, "fedma", fused)
-    rate = "model.init_args.fedma.prune_rate"
+    rate = "model.init_args.method_options.fedma.prune_rate"
+    tiny = [
+        "--data.init_args.data.init_args.val_size=16",
+        "--data.init_args.data.init_args.alignment_size=16",
+        "--data.init_args.data.init_args.batch_size=32",
+        "--data.init_args.data.init_args.limit_train=96",  # the whole fake set
+        "--data.init_args.clients=2",
+        f"--model.init_args.net.init_args.width={WIDTH}",
+        "--trainer.accelerator=cpu",
+    ]
     path = tiny_study(
         "000_fedma",
         tmp_path,
-        grid={rate: [0.0, 0.5], "model.init_args.seed": [0]},
-        train_args=[
-            *TINY_MNIST,
-            "--model.init_args.federated.clients=2",
-            "--model.init_args.federated.local_epochs=1",
-            "--model.init_args.federated.batch_size=32",
-            "--data.init_args.limit_train=null",
-        ],
+        grid={
+            "data.init_args.split_seed": [0],
+            "seed_everything": [0],
+            "data.init_args.client": [0, 1],
+        },
+        train_args=[*tiny, "--trainer.max_epochs=1"],
+        stage_args={"fedma": tiny},
     )
+    study = yaml.safe_load(path.read_text())
+    study["evaluate"][0]["grid"] = {rate: [0.0, 0.5]}
+    for figure in study["figures"]:
+        figure["y"] = [y.replace("/n5/", "/n2/") for y in figure["y"]]
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
     table = run(path, tmp_path)
-    clients = [values(table, "train", "originals/test/acc_mean", **{rate: r}) for r in (0.0, 0.5)]
+    assert table[table["stage"] == "train"]["job"].nunique() == 2
+    clients = [values(table, "fedma", "fedma/n2/test/originals_acc", **{rate: r}) for r in (0, 0.5)]
     assert len(clients[0]) == 1 and clients[0] == clients[1]
+    naive = [values(table, "fedma", "naive/n2/test/acc", **{rate: r}) for r in (0.0, 0.5)]
+    assert naive[0] == naive[1]
     for r in (0.0, 0.5):
-        (acc,) = values(table, "train", "fused/test/acc", **{rate: r})
+        (acc,) = values(table, "fedma", "fedma/n2/test/acc", **{rate: r})
         assert 0.0 <= acc <= 1.0
+    assert clients_seen == [2, 2]
     assert sorted(p is None for p in prunings) == [False, True]
     (pruning,) = [p for p in prunings if p is not None]
     assert pruning.rate == 0.5 and pruning.strategy == "only_prune" and pruning.finetune is None

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -409,6 +410,8 @@ def test_a_trained_merge_method_registered_in_user_code_runs_from_a_study(tmp_pa
     from lmc.merging import MERGE_METHODS
 
     monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "docs" / "how-to"))
+    monkeypatch.delitem(sys.modules, "learned_average", raising=False)  # registers on import
+    monkeypatch.setattr("lmc.registry._loaded", set())
     monkeypatch.setenv("LMC_PLUGINS", "learned_average")
     monkeypatch.setattr(MERGE_METHODS, "_entries", dict(MERGE_METHODS._entries))
     stage = merge_stage(

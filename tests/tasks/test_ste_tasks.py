@@ -25,13 +25,13 @@ from tests.helpers import (
     wandb_run_dirs,
 )
 
-# the merge-sweep configs (fusion configs are run by their own tests)
-OWN_TESTS = ("lmc.tasks.OTFusionTask", "lmc.tasks.FedMATask")
-# the disjoint-task merges run in the zipit studies' tests (tests/studies/test_reproductions.py)
+# the merge-sweep configs (the fusion methods' configs run in tests/merging/test_otfusion.py;
+# the disjoint-task merges in the zipit studies' tests, tests/studies/test_reproductions.py)
+OWN_TESTS = {"otfusion", "fedma"}
 MERGE = sorted(
     p
     for p in (CONFIGS / "merge").glob("*.yaml")
-    if yaml.safe_load(p.read_text())["model"]["class_path"] not in OWN_TESTS
+    if not OWN_TESTS & set(yaml.safe_load(p.read_text())["model"]["init_args"]["methods"])
     and not p.name.endswith("_disjoint.yaml")
 )
 WIDTH = 16
@@ -283,9 +283,7 @@ def test_a_trained_merge_names_exactly_one_method_that_trains(world, tmp_path):
     [
         ("mnist_mlp_baselines.yaml", "pairwise", "evaluation.pairwise"),
         ("mnist_mlp_stemm.yaml", "pairwise", "evaluation.pairwise"),
-        ("mnist_mlp_otfusion.yaml", "prune_rate", "otfusion.prune_rate"),
-        ("mnist_mlp_fedma.yaml", "clients", "federated.clients"),
-        ("mnist_mlp_fedma.yaml", "sigma0", "fedma.sigma0"),
+        ("mnist_mlp_otfusion.yaml", "splits", "evaluation.splits"),
     ],
 )
 def test_a_merge_tasks_old_flat_key_names_its_group(config, old, new):
@@ -302,18 +300,22 @@ def test_a_merge_tasks_old_flat_key_names_its_group(config, old, new):
         ("lmc.tasks.STEMMTask", "stemm", "mnist_mlp_stemm.yaml"),
         ("STETask", "ste", "mnist_mlp_ste.yaml"),
         ("lmc.tasks.SinkhornTask", "sinkhorn", "mnist_mlp_sinkhorn.yaml"),
+        ("lmc.tasks.OTFusionTask", "otfusion", "mnist_mlp_otfusion.yaml"),
+        ("FedMATask", "fedma", "mnist_mlp_fedma.yaml"),
     ],
 )
 def test_an_old_merge_task_names_the_front_door(old, method, example, world, tmp_path):
     """A config of a merge task that the front door replaced gets, before any work, the new
-    task, where the trained method and its options go, and a shipped config in the new form."""
+    task, where the method and its options go, and a shipped config in the new form."""
     config = CONFIGS / "merge" / example
+    command = "fit" if method in ("stemm", "ste", "sinkhorn") else "validate"
     with pytest.raises(SystemExit):
-        run_cli("fit", "-c", str(config), "-c", CSV, f"--model.class_path={old}")
+        run_cli(command, "-c", str(config), "-c", CSV, f"--model.class_path={old}")
     from lmc.engine.moved import moved_keys_error
 
     err = moved_keys_error(["-c", str(config), f"--model.class_path={old}"])
-    assert "lmc.tasks.TrainedMergeTask with methods: [" + method in err
+    door = "TrainedMergeTask" if command == "fit" else "MergeTask"
+    assert f"lmc.tasks.{door}" in err and f"[{method}" in err
     assert f"method_options.{method}" in err and example in err
 
 

@@ -331,7 +331,10 @@ def _where(
             raise StudyError(
                 f"{at}: {key}={v!r} is not a value the study runs; its values: {keys[key]!r}"
             )
-    missing = [k for k in keys if k not in fixed and k not in free]
+    # a key tied to a replicate key (a federation's init seed zipped with its split seed) may
+    # vary with it when the claim does not fix it
+    with_replicates = {t for k in free for t in tied.get(k, ())}
+    missing = [k for k in keys if k not in fixed and k not in free | with_replicates]
     if missing:
         raise StudyError(
             f"{at} must fix every coordinate of stage {stage!r} but the replicates "
