@@ -175,16 +175,7 @@ class FederatedClients(BaseDataModule):
         return self._parts
 
     def _client(self, j: int) -> InMemoryImageDataset:
-        train = self._whole_train()
-        keep = torch.as_tensor(self.parts()[j], dtype=torch.long)
-        return InMemoryImageDataset(
-            train.images,
-            train.labels,
-            train.mean.flatten().tolist(),
-            train.std.flatten().tolist(),
-            train.augment,
-            train.indices[keep],
-        )
+        return self._whole_train().subset(torch.as_tensor(self.parts()[j], dtype=torch.long))
 
     def _setup_fit(self) -> None:
         d = self.data

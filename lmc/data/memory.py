@@ -166,6 +166,14 @@ class InMemoryImageDataset(Dataset):
     def __len__(self) -> int:
         return len(self.indices)
 
+    def subset(self, positions: Tensor) -> InMemoryImageDataset:
+        """The examples at ``positions`` (indices or a mask) of this dataset's order: the same
+        images, labels, normalisation and augmentation, held once."""
+        mean, std = self.mean.flatten().tolist(), self.std.flatten().tolist()
+        return InMemoryImageDataset(
+            self.images, self.labels, mean, std, self.augment, self.indices[positions]
+        )
+
     def batch(self, idx: Sequence[int] | Tensor) -> tuple[Tensor, Tensor]:
         """Return ``(images, labels)`` at positions ``idx``, stacked: (B, C, H, W), (B,).
 

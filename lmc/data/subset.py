@@ -75,14 +75,7 @@ class ClassSubset(BaseDataModule):
             )
         labels = dataset.labels[dataset.indices]
         keep = torch.isin(labels, torch.tensor(self.classes, dtype=labels.dtype))
-        return InMemoryImageDataset(
-            dataset.images,
-            dataset.labels,
-            dataset.mean.flatten().tolist(),
-            dataset.std.flatten().tolist(),
-            dataset.augment,
-            dataset.indices[keep],
-        )
+        return dataset.subset(keep)
 
     def _setup_fit(self) -> None:
         d = self.data

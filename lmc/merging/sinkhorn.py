@@ -29,7 +29,6 @@ pair each (``lmc fit`` trains it with :class:`lmc.tasks.TrainedMergeTask`); and
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +36,6 @@ from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call
 
 from lmc.curves.birkhoff import permutation_matrix, round_to_permutation
 from lmc.curves.pam import soft_permute
@@ -45,7 +43,7 @@ from lmc.evaluation import LossName, batch_loss
 from lmc.merging.baselines import check_models, parameter_keys
 from lmc.merging.contract import MERGE_METHODS, Merged, MergeInputs
 from lmc.merging.search import MergeSearch, OptimizerFactory, Progress, adam, train_search
-from lmc.merging.ste import Mixing, ModelBank, sample_mixing_weights
+from lmc.merging.ste import Mixing, ModelBank, Template, sample_mixing_weights
 from lmc.permutation import (
     Permutation,
     PermutationSpec,
@@ -110,7 +108,7 @@ class SinkhornRebasin(nn.Module):
         names: how to call the two models in error messages.
     """
 
-    _template: nn.Module  # the net's private copy, set in __init__ (not a submodule)
+    _template: Template
 
     def __init__(
         self,
@@ -137,10 +135,7 @@ class SinkhornRebasin(nn.Module):
         self.param_keys = parameter_keys(net)
         self.match_spec = self.spec.restrict(self.param_keys)
         self.sinkhorn_iters, self.mixing = sinkhorn_iters, mixing
-        template = copy.deepcopy(net)
-        for p in template.parameters():
-            p.requires_grad_(False)
-        object.__setattr__(self, "_template", template)  # not a submodule: no params, no ckpt
+        self._template = Template(net)
         sizes = self.spec.sizes(model_a)
         self.groups = list(sizes)
         device = next(iter(model_a.values())).device
@@ -191,9 +186,7 @@ class SinkhornRebasin(nn.Module):
 
     def forward(self, x: Tensor, alpha: float, tau: float) -> Tensor:
         """Output of the relaxed mixture on ``x`` (train mode: batch statistics)."""
-        template = self._template
-        template.train()
-        return functional_call(template, self.mixed_state(alpha, tau), (x,))
+        return self._template(self.mixed_state(alpha, tau), x)
 
     def loss(
         self,
@@ -399,17 +392,15 @@ def sinkhorn_rebasin(
         ``(perm, pi(model_b), result)``.
     """
     t0 = time.perf_counter()
-    search = SinkhornSearch(
-        net,
-        [model_a, model_b],
-        spec,
+    inputs = MergeInputs([model_a, model_b], spec or spec_for(net), net=net, seed=seed)
+    search = sinkhorn_search(
+        inputs,
         tau_start=tau_start,
         tau_end=tau_end,
         init=init,
         init_scale=init_scale,
         sinkhorn_iters=sinkhorn_iters,
         mixing=mixing,
-        seed=seed,
     )
     if optimizer is None and lr is not None:
         optimizer = adam(lr)

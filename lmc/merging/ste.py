@@ -106,6 +106,21 @@ def mix_states(states: Sequence[StateDict], weights: Sequence[float] | Tensor) -
     return out
 
 
+class Template:
+    """A private, frozen copy of a net, run functionally on a given state in train mode
+    (BatchNorm on batch statistics). Not a module: its owner holds it without its parameters
+    or a checkpoint entry."""
+
+    def __init__(self, net: nn.Module) -> None:
+        self.net = copy.deepcopy(net)
+        for p in self.net.parameters():
+            p.requires_grad_(False)
+
+    def __call__(self, state: Mapping[str, Tensor], x: Tensor) -> Tensor:
+        self.net.train()
+        return functional_call(self.net, dict(state), (x,))
+
+
 class TensorDict(nn.Module):
     """A state dict held as parameters (trainable) or non-persistent buffers (moved with the
     module, not written to checkpoints). Keys may contain dots."""
@@ -173,7 +188,7 @@ class STEMM(MergeSearch):
             (building cost matrices).
     """
 
-    _template: nn.Module  # the net's private copy, set in __init__ (not a submodule)
+    _template: Template
 
     def __init__(
         self,
@@ -214,10 +229,7 @@ class STEMM(MergeSearch):
         self.cache_source = cache_source
         self.param_keys = parameter_keys(net)
         self.match_spec = self.spec.restrict(self.param_keys)
-        template = copy.deepcopy(net)
-        for p in template.parameters():
-            p.requires_grad_(False)
-        object.__setattr__(self, "_template", template)  # not a submodule: no params, no ckpt
+        self._template = Template(net)
         ref = states[self.reference]
         self.proxies = nn.ModuleList(
             TensorDict({k: ref[k] for k in self.param_keys}, trainable=True) for _ in self.others
@@ -371,9 +383,7 @@ class STEMM(MergeSearch):
 
     def forward(self, x: Tensor, weights: Sequence[float] | Tensor, ste: bool = True) -> Tensor:
         """Output of the mixed model on ``x`` (train mode: BatchNorm uses batch statistics)."""
-        template = self._template
-        template.train()
-        return functional_call(template, self.mixed_state(weights, ste), (x,))
+        return self._template(self.mixed_state(weights, ste), x)
 
     def loss(
         self,

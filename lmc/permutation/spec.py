@@ -19,7 +19,7 @@ takes new unit ``i`` of a group from old unit ``perm[group][i]``: in matrix form
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -187,18 +187,7 @@ class PermutationSpec:
                 the group's size.
         """
         if self.pieces:
-            missing = [k for k in state if k not in self.axes and k not in self.pieces]
-            if missing:
-                raise SpecError(
-                    f"state dict entries {missing[:5]} are not in the permutation spec; every "
-                    "parameter and buffer needs an entry (use None for axes that are not permuted)"
-                )
-            absent = [k for k in self.pieces if k not in state]
-            if absent:
-                raise SpecError(
-                    f"permutation spec names keys {absent[:5]} that the state dict does not "
-                    "have; was the spec built for a different architecture or options?"
-                )
+            _match_keys(state, (self.axes, self.pieces), self.pieces)
             shapes: dict[str, tuple[int, ...]] = {}
             for k, t in state.items():
                 if k in self.pieces:
@@ -209,18 +198,7 @@ class PermutationSpec:
         return self._sizes({k: tuple(t.shape) for k, t in state.items()})
 
     def _sizes(self, state: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
-        missing = [k for k in state if k not in self.axes]
-        if missing:
-            raise SpecError(
-                f"state dict entries {missing[:5]} are not in the permutation spec; every "
-                "parameter and buffer needs an entry (use None for axes that are not permuted)"
-            )
-        extra = [k for k in self.axes if k not in state]
-        if extra:
-            raise SpecError(
-                f"permutation spec names keys {extra[:5]} that the state dict does not have; "
-                "was the spec built for a different architecture or options?"
-            )
+        _match_keys(state, (self.axes,), self.axes)
         sizes: dict[str, int] = {}
         first: dict[str, tuple[str, int]] = {}
         for key, ax in self.axes.items():
@@ -371,3 +349,27 @@ def aliases(model: torch.nn.Module) -> dict[str, list[str]]:
     return {
         n: [o for o in group if o != n] for group in names.values() if len(group) > 1 for n in group
     }
+
+
+def _match_keys(
+    state: Collection[str], known: Sequence[Container[str]], named: Iterable[str]
+) -> None:
+    """Every entry of ``state`` is in one of ``known`` (the spec's keys), every key the spec names (``named``) is
+    in ``state``.
+
+    Raises:
+        SpecError: the first few keys of either side that the other lacks.
+    """
+    keys = set(state)  # the named keys looked up in it
+    missing = [k for k in state if not any(k in c for c in known)]
+    if missing:
+        raise SpecError(
+            f"state dict entries {missing[:5]} are not in the permutation spec; every "
+            "parameter and buffer needs an entry (use None for axes that are not permuted)"
+        )
+    absent = [k for k in named if k not in keys]
+    if absent:
+        raise SpecError(
+            f"permutation spec names keys {absent[:5]} that the state dict does not have; "
+            "was the spec built for a different architecture or options?"
+        )
