@@ -12,6 +12,7 @@ def _table() -> str:
     from lmc.merging.contract import MERGE_METHODS
     from lmc.permutation.lap import available_solvers
     from lmc.permutation.matchers import MATCHERS
+    from lmc.studies.claims.kinds import CLAIM_TESTS
     from lmc.studies.reporting.figure_spec import FIGURE_KINDS
     from lmc.studies.spec.schema import EVALUATE_KINDS
 
@@ -44,6 +45,8 @@ def _table() -> str:
         f"{', '.join(f'`{n}`' for n in EVALUATE_KINDS)}",
         f"- study figure kinds (`lmc.studies.reporting.figure_spec.FIGURE_KINDS`): "
         f"{', '.join(f'`{n}`' for n in FIGURE_KINDS)}",
+        f"- claim tests (`lmc.studies.claims.kinds.CLAIM_TESTS`): "
+        f"{', '.join(f'`{n}`' for n in CLAIM_TESTS)}",
     ]
     return "\n".join(lines)
 

@@ -38,7 +38,7 @@ def auto_study(**changes) -> dict:
         ({"claims": []}, "declares none"),
         (
             {"claims": [width_claim(test="equivalent", margin=0.1, expect="equal")]},
-            "claims are all fit or equivalent claims, which it cannot size",
+            "claims are all equivalent or fit claims, which it cannot size",
         ),
     ],
 )

@@ -66,20 +66,15 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lmc.studies.claims.kinds import CLAIM_TESTS
 from lmc.studies.spec.schema import NAME_PATTERN, Study, StudyError
 
-TESTS = ("difference", "equivalent", "ordering", "trend", "fit")
-EXPECT = {
-    "difference": ("greater", "less"),
-    "equivalent": ("equal",),
-    "ordering": ("descending", "ascending"),
-    "trend": ("increasing", "decreasing", "peaked", "valley"),
-    "fit": ("increasing", "decreasing"),
-}
+TESTS = tuple(CLAIM_TESTS)
+EXPECT = {name: kind.expects for name, kind in CLAIM_TESTS.items()}
 FIT_MODELS = ("exp", "linear")
 TEMPLATE = "{x}"
 SCALES = ("raw", "log")
@@ -218,11 +213,12 @@ class Claim:
     def metrics(self) -> dict[str, set[str]]:
         """The metrics the claim reads, by stage."""
         out: dict[str, set[str]] = {}
+        kind = CLAIM_TESTS[self.test]
         for cell in self.cells:
             names = {cell.metric}
-            if self.test == "trend" and TEMPLATE in cell.metric:
+            if kind.templated_x and TEMPLATE in cell.metric:
                 names = {cell.metric.replace(TEMPLATE, str(v)) for v in self.x_values}
-            if self.test == "fit":
+            if kind.reads_x_metric:
                 names = {cell.metric, str(self.x)}
             out.setdefault(cell.stage, set()).update(names)
         return out
@@ -301,7 +297,7 @@ def _number(value: Any, where: str) -> float:
     return float(value)
 
 
-def _where(
+def checked_where(
     value: Any,
     at: str,
     stage: str,
@@ -421,7 +417,7 @@ def parse_study_claims(text: str, plan: Sequence[Mapping[str, Any]]) -> tuple[Cl
     return parse_claims(data["claims"], data, plan_values(plan), plan_ties(plan))
 
 
-def _distinct(cells: Sequence[Cell], at: str, what: str) -> None:
+def distinct_cells(cells: Sequence[Cell], at: str, what: str) -> None:
     """Refuse cells that select the same values (stage, metric and where): a comparison of a
     cell with itself was evaluated as an inconclusive difference of 0."""
     seen = [repr((c.stage, c.metric, sorted(c.where.items(), key=str))) for c in cells]
@@ -431,6 +427,24 @@ def _distinct(cells: Sequence[Cell], at: str, what: str) -> None:
             f"{at}: {what} select the same values ({twice[0]}); give them different `where` "
             "values, metrics or stages"
         )
+
+
+@dataclass(frozen=True)
+class CellSource:
+    """What a kind's ``cells`` part reads (:mod:`lmc.studies.claims.cells`): the claim's
+    mapping and place, its test and expectation, the study's coordinate values per stage, a
+    function building a checked :class:`Cell` (``cell(spec, where_at, free_extra, axis)``) and
+    the claim's x axis."""
+
+    raw: Mapping[str, Any]
+    at: str
+    test: str
+    expect: str
+    values: dict[str, dict[str, list[Any]]]
+    cell: Callable[..., Cell]
+    x: Any
+    x_values: tuple[Any, ...]
+    peak: Any
 
 
 def _claim(
@@ -443,6 +457,8 @@ def _claim(
     values: dict[str, dict[str, list[Any]]],
     ties: dict[str, dict[str, set[str]]],
 ) -> Claim:
+    kind = CLAIM_TESTS[test]
+
     def cell(
         spec: Mapping[str, Any] | None, where_at: str, free_extra: set[str], axis: str | None = None
     ) -> Cell:
@@ -451,7 +467,7 @@ def _claim(
             if key not in ("stage", "metric", "where"):
                 raise StudyError(f"unknown key {key!r} in {where_at}; valid: stage, metric, where")
         stage = spec.get("stage", raw.get("stage"))
-        metric = spec.get("metric", raw.get("metric") if test != "fit" else raw.get("y"))
+        metric = spec.get("metric", raw.get(kind.metric_key))
         if stage not in values:
             raise StudyError(
                 f"{where_at}: stage {stage!r} is not a stage of the study; its stages: "
@@ -465,7 +481,7 @@ def _claim(
 
         free |= set(seed_keys(study, stage)) | free_extra
         merged = {**dict(raw.get("where") or {}), **dict(spec.get("where") or {})}
-        where = _where(merged, f"{where_at}.where", stage, values, free, ties, axis)
+        where = checked_where(merged, f"{where_at}.where", stage, values, free, ties, axis)
         return Cell(stage, metric, where)
 
     x, x_values, peak = raw.get("x"), tuple(raw.get("x_values") or ()), raw.get("peak")
@@ -477,7 +493,7 @@ def _claim(
             f"{at}: scale {scale!r}; valid scales: raw, log (log for positive quantities such "
             "as barriers and losses: a difference is then a fold change)"
         )
-    if test == "equivalent":
+    if kind.takes_margin:
         if margin is None and margin_relative is None:
             raise StudyError(
                 f"{at}: an equivalent claim needs a `margin`, the largest difference that "
@@ -498,91 +514,29 @@ def _claim(
             )
     elif "margin" in raw:
         raise StudyError(f"{at}: `margin` belongs to an equivalent claim, not a {test} claim")
-    if effect_relative is not None and test != "difference":
+    if effect_relative is not None and not kind.relative_effect:
         raise StudyError(
             f"{at}: a relative effect ({raw['effect']!r}) is a change of a against b: it fits "
             f"a difference claim; give a {test} claim's effect in the units of its estimate"
         )
-    if effect is not None and scale == "log" and test in ("difference", "ordering"):
+    if effect is not None and scale == "log" and kind.relative_effect_on_log:
         raise StudyError(
             f"{at}: on scale: log the effect is a fold change: give it relative "
             f"(effect: '-60%'), not in the metric's units ({raw['effect']!r})"
         )
-    if test == "equivalent" and raw.get("effect") is not None:
-        raise StudyError(f"{at}: an equivalent claim has a margin, not an effect")
+    if not kind.takes_effect and raw.get("effect") is not None:
+        raise StudyError(f"{at}: an {test} claim has a margin, not an effect")
     xscale = raw.get("xscale", "linear")
-    if xscale not in ("linear", "log") or xscale == "log" and test != "trend":
+    if xscale not in ("linear", "log") or xscale == "log" and not kind.has_xscale:
         raise StudyError(
             f"{at}: xscale {xscale!r}: a trend claim's x axis is linear or log (the slope of "
             "log y against log x is a power law's exponent); other tests have no xscale"
         )
-    if scale == "log" and test == "fit":
+    if scale == "log" and not kind.has_scale:
         raise StudyError(
             f"{at}: a fit claim has no scale: model: exp already fits log y (model: linear y)"
         )
-    cells: tuple[Cell, ...]
-    if test in ("difference", "equivalent"):
-        if "a" not in raw or "b" not in raw:
-            raise StudyError(f"{at}: a {test} claim needs cells `a` and `b`")
-        cells = (cell(raw["a"], f"{at}.a", set()), cell(raw["b"], f"{at}.b", set()))
-        _distinct(cells, at, "a and b")
-    elif test == "ordering":
-        given = raw.get("cells")
-        if not isinstance(given, list) or len(given) < 2:
-            raise StudyError(f"{at}: an ordering claim needs `cells`, a list of 2 or more")
-        cells = tuple(cell(c, f"{at}.cells[{j}]", set()) for j, c in enumerate(given))
-        _distinct(cells, at, "its cells")
-    elif test == "trend":
-        if x is None:
-            raise StudyError(f"{at}: a trend claim needs `x` (a coordinate key or a label)")
-        templated = TEMPLATE in str(raw.get("metric", ""))
-        if templated and len(x_values) < 3:
-            raise StudyError(
-                f"{at}: a metric template holding {TEMPLATE} needs x_values (3 or more), the "
-                f"values put in it, e.g. metric: stemm/n{TEMPLATE}/test/acc, x_values: [2, 4, 8]"
-            )
-        stage = raw.get("stage")
-        if not templated and stage in values and x not in values[stage]:
-            raise StudyError(
-                f"{at}: x {x!r} is not a coordinate of stage {stage!r}; its keys: "
-                f"{', '.join(values[stage])}"
-            )
-        c = cell(None, at, set() if templated else {x}, None if templated else x)
-        if not templated:
-            xs = values[c.stage][x]
-            if len(xs) < 3 or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in xs
-            ):
-                raise StudyError(f"{at}: x {x!r} needs 3 or more numeric values, got {xs!r}")
-            if x_values and (
-                len(x_values) < 3 or any(not any(same_value(v, w) for w in xs) for v in x_values)
-            ):
-                raise StudyError(
-                    f"{at}: x_values {list(x_values)!r} must be 3 or more values of {x} the "
-                    f"study runs ({xs!r}): the part of the axis the claim is about"
-                )
-        axis = x_values if x_values else tuple(values[c.stage][x])
-        if peak is not None and (expect not in ("peaked", "valley") or peak not in axis[1:-1]):
-            raise StudyError(
-                f"{at}: peak {peak!r} must be an interior x value of a peaked/valley claim "
-                f"(interior values: {list(axis[1:-1])!r})"
-            )
-        cells = (c,)
-    else:  # fit
-        if not isinstance(x, str) or not isinstance(raw.get("y"), str):
-            raise StudyError(f"{at}: a fit claim needs `x` and `y`, two metrics of one stage")
-        model = raw.get("model", "exp")
-        if model not in FIT_MODELS:
-            raise StudyError(f"{at}: model {model!r}; valid models: {', '.join(FIT_MODELS)}")
-        stage = raw.get("stage")
-        if stage not in values:
-            raise StudyError(
-                f"{at}: stage {stage!r} is not a stage of the study; its stages: "
-                f"{', '.join(values)}"
-            )
-        free = set(values[stage]) - set(raw.get("where") or {})
-        c = Cell(stage, raw["y"], _where(raw.get("where"), f"{at}.where", stage, values, free))
-        cells = (c,)
+    cells = kind.part("cells")(CellSource(raw, at, test, expect, values, cell, x, x_values, peak))
     min_r2 = raw.get("min_r2")
     if min_r2 is not None:
         min_r2 = _number(min_r2, f"{at}.min_r2")
