@@ -6,12 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lmc.options import EvaluationOptions, as_options
-from lmc.tasks.options import (
-    ClientOptions,
-    MergeEvaluationOptions,
-    PathEvaluationOptions,
-    moved_into,
-)
+from lmc.tasks.options import MergeEvaluationOptions, PathEvaluationOptions, moved_into
 
 
 def test_evaluation_defaults_and_normalised_splits():
@@ -30,8 +25,6 @@ def test_evaluation_defaults_and_normalised_splits():
         (lambda: PathEvaluationOptions(num_alphas=2), "num_alphas >= 3"),
         (lambda: PathEvaluationOptions(repair="reset"), "evaluation.repair must be none"),
         (lambda: MergeEvaluationOptions(sharpness_batches=0), "evaluation.sharpness_batches"),
-        (lambda: ClientOptions(clients=1), "federated.clients must be >= 2"),
-        (lambda: ClientOptions(alpha=0.0), "federated.alpha must be > 0"),
     ],
 )
 def test_a_bad_option_is_refused_by_name(build, message):

@@ -629,11 +629,14 @@ def check_figure_metrics(figures: Sequence[Any], produced: Mapping[str, set[str]
     Raises:
         StudyError: naming the figure, the metric and the stage's closest names.
     """
+    from lmc.studies.reporting.figure_spec import FIGURE_KINDS
+
     for spec in figures:
         known = produced.get(spec.stage)
-        if known is None or spec.kind == "curve":
+        kind = FIGURE_KINDS[spec.kind]
+        if known is None or kind.draws_series:
             continue
-        for metric in [*spec.y, *([spec.x] if spec.kind == "scatter" else [])]:
+        for metric in [*spec.y, *([spec.x] if kind.x_metric else [])]:
             why = _not_produced(metric, known)
             if why:
                 raise StudyError(

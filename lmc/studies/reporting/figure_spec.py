@@ -35,12 +35,22 @@ class FigureKind:
     """A kind of report figure, in one place: the keys its study-file entry needs and may
     take, whether it plots one y only, and its renderers, registered by the modules that draw:
     ``matplotlib`` (:mod:`lmc.studies.reporting.figures`: the report's PNG/PDF/SVG) and ``wandb``
-    (:mod:`lmc.studies.reporting.wandb_spec`: the W&B Report panel)."""
+    (:mod:`lmc.studies.reporting.wandb_spec`: the W&B Report panel). What sets a kind apart is
+    declared on it: ``x_metric`` (its ``x`` is a metric the stage reports, not a coordinate),
+    ``draws_series`` (drawn from the stage's series, whose axis labels its x), ``axes`` (x and y
+    axes with scales, a grid and labels), ``grid_ticks`` (the grid's values as its x ticks),
+    ``wandb_hue`` (its W&B panel draws ``hue``) and ``figsize``."""
 
     name: str
     required: tuple[str, ...]
     optional: tuple[str, ...] = ()
     one_y: bool = False
+    x_metric: bool = False
+    draws_series: bool = False
+    axes: bool = True
+    grid_ticks: bool = False
+    wandb_hue: bool = False
+    figsize: tuple[float, float] = (6.4, 4.4)
     renderers: dict[str, Callable[..., Any]] = field(default_factory=dict)
 
     def render(self, to: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -66,11 +76,17 @@ RENDERER_MODULES = {
 FIGURE_KINDS: dict[str, FigureKind] = {
     k.name: k
     for k in (
-        FigureKind("line", ("x",), ("hue", "xscale", "yscale", "references")),
+        FigureKind("line", ("x",), ("hue", "xscale", "yscale", "references"), grid_ticks=True),
         FigureKind("bar", ("x",), ("hue", "yscale")),
-        FigureKind("scatter", ("x",), ("hue", "fit", "xscale", "yscale", "references"), True),
-        FigureKind("curve", ("series",), ("hue", "xscale", "yscale", "references")),
-        FigureKind("heatmap", ("x", "rows"), (), True),
+        FigureKind("scatter", ("x",), ("hue", "fit", "xscale", "yscale", "references"), True, True),
+        FigureKind(
+            "curve",
+            ("series",),
+            ("hue", "xscale", "yscale", "references"),
+            draws_series=True,
+            wandb_hue=True,
+        ),
+        FigureKind("heatmap", ("x", "rows"), (), True, axes=False, figsize=(6.4, 4.8)),
     )
 }
 SCALES = ("linear", "log")
@@ -209,7 +225,7 @@ def _parse_one(
         raise StudyError(f"{where}.y names a metric twice: {y!r}")
     if FIGURE_KINDS[kind].one_y and len(ys) != 1:
         raise StudyError(f"{where}: a {kind} figure takes exactly one metric in y, got {y!r}")
-    coords = ("x", "hue", "rows") if kind != "scatter" else ("hue",)
+    coords = ("x", "hue", "rows") if not FIGURE_KINDS[kind].x_metric else ("hue",)
     for key in coords:
         value = entry.get(key)
         if value is not None and value not in keys:
@@ -217,7 +233,7 @@ def _parse_one(
                 f"{where}.{key} {value!r} is not a coordinate key of stage {stage!r}; its "
                 f"keys: {', '.join(keys)}"
             )
-    if kind == "scatter":
+    if FIGURE_KINDS[kind].x_metric:
         _text(entry["x"], f"{where}.x (a metric name)")
     used = [entry.get(k) for k in coords if entry.get(k) is not None]
     if len(set(used)) != len(used):
@@ -286,7 +302,7 @@ def _available(frame: pd.DataFrame | None, **where: Any) -> list[str]:
 
 def stage_has_rows(spec: FigureSpec, tidy: pd.DataFrame, series: pd.DataFrame | None) -> bool:
     """Whether a done job of the figure's stage left rows in the table the figure draws."""
-    table = series if spec.kind == "curve" else tidy
+    table = series if FIGURE_KINDS[spec.kind].draws_series else tidy
     return table is not None and bool(len(table)) and bool((table["stage"] == spec.stage).any())
 
 
@@ -308,7 +324,7 @@ def check_metrics(
         if not stage_has_rows(spec, tidy, series):
             continue
         where = f"figure {spec.name!r}"
-        if spec.kind == "curve":
+        if FIGURE_KINDS[spec.kind].draws_series:
             assert series is not None
             names = list(dict.fromkeys(series.loc[series["stage"] == spec.stage, "series"]))
             if spec.series not in names:
@@ -322,8 +338,8 @@ def check_metrics(
             have = _available(tidy, stage=spec.stage)
             what = f"stage {spec.stage!r}"
         wanted = list(spec.y)
-        if spec.kind == "scatter":
-            assert spec.x is not None  # a scatter figure requires x
+        if FIGURE_KINDS[spec.kind].x_metric:
+            assert spec.x is not None  # a kind whose x is a metric requires x
             wanted.append(spec.x)
         for metric in wanted:
             if metric not in have:

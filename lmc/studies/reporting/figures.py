@@ -215,7 +215,7 @@ def _draw_lines(ax: Axes, spec: FigureSpec, summary: pd.DataFrame) -> int:
                 )
         drawn += int(np.isfinite(mean).sum())
     order = _ordered(list(summary["x"]))
-    if categorical or (spec.kind == "line" and 0 < len(order) <= MAX_TICKS):
+    if categorical or (FIGURE_KINDS[spec.kind].grid_ticks and 0 < len(order) <= MAX_TICKS):
         # the grid's values as ticks, plainly labelled (no 4 x 10^0 on a log axis)
         ax.set_xticks([where[_key(v)] for v in order], [_label(v) for v in order])
         ax.xaxis.set_minor_formatter(NullFormatter())
@@ -385,7 +385,7 @@ def _save(fig: Figure, path: Path, salt: str) -> Path:
 def _figure(spec: FigureSpec) -> tuple[Figure, Axes]:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.4, 4.4) if spec.kind != "heatmap" else (6.4, 4.8))
+    fig = Figure(figsize=FIGURE_KINDS[spec.kind].figsize)
     return fig, fig.subplots()
 
 
@@ -404,17 +404,18 @@ def render_figure(
 
         series = pd.DataFrame(columns=["stage", "job", "series", "axis", "x", "metric", "value"])
     fig, ax = _figure(spec)
-    if spec.kind != "heatmap":  # before drawing, so the drawers' ticks stay
+    kind = FIGURE_KINDS[spec.kind]
+    if kind.axes:  # before drawing, so the drawers' ticks stay
         ax.set_xscale(spec.xscale)
         ax.set_yscale(spec.yscale)
-    data, n_points, fit = FIGURE_KINDS[spec.kind].renderer("matplotlib")(ax, spec, tidy, series)
+    data, n_points, fit = kind.renderer("matplotlib")(ax, spec, tidy, series)
     if n_points == 0:
         _note(ax, NO_DATA if stage_has_rows(spec, tidy, series) else NO_JOB.format(spec.stage))
     if spec.references:
         _draw_references(ax, spec)
-    if spec.kind != "heatmap":
+    if kind.axes:
         ax.grid(alpha=0.3)
-        if spec.kind != "curve":  # a curve's x label is its series' axis
+        if not kind.draws_series:  # a series' x label is its axis
             ax.set_xlabel(spec.xlabel or spec.x or "")
         ax.set_ylabel(spec.ylabel or (spec.y[0] if len(spec.y) == 1 else "value"))
         if ax.get_legend_handles_labels()[0]:

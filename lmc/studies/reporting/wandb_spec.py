@@ -268,7 +268,7 @@ def _panel(
             f"figure {name!r}: unknown kind {kind!r}; kinds: {', '.join(FIGURE_KINDS)}"
         )
     notes += FIGURE_KINDS[kind].renderer("wandb")(entry, fig, ys, _Keys(skind, logged_as))
-    if fig.hue and kind in ("line", "bar", "scatter"):
+    if fig.hue and not FIGURE_KINDS[kind].wandb_hue:
         entry["hue"] = _coordinate(fig.hue, skind)
         notes.append(
             f"hue {fig.hue} is not drawn (W&B colours points by run); group the runset by it "
