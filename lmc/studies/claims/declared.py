@@ -66,7 +66,7 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,7 +134,7 @@ def nonnegative(metric: str) -> bool:
     return any(fnmatchcase(name, p) for p in NONNEGATIVE)
 
 
-def _text(value: Any, at: str) -> str:
+def text_of(value: Any, at: str) -> str:
     if not isinstance(value, str):
         raise StudyError(
             f"{at} must be text saying how the study's setting deviates from the paper's, got "
@@ -143,7 +143,7 @@ def _text(value: Any, at: str) -> str:
     return value
 
 
-def _effect(value: Any, at: str, what: str = "effect") -> tuple[float | None, float | None]:
+def effect_of(value: Any, at: str, what: str = "effect") -> tuple[float | None, float | None]:
     """``(absolute, relative)`` of a claim's ``effect`` (or ``margin``): a number in the
     metric's own units, or a relative change ``"-60%"`` of ``a`` against ``b``."""
     if value is None:
@@ -159,7 +159,7 @@ def _effect(value: Any, at: str, what: str = "effect") -> tuple[float | None, fl
                 f"'-60%' (a falls to 40 % of b) or '+25%'"
             )
         return None, rel
-    return _number(value, f"{at}.{what}"), None
+    return number(value, f"{at}.{what}"), None
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ def default_replicate(study: Any, stage: str) -> str | None:
     return keys[0] if keys else None
 
 
-def _number(value: Any, where: str) -> float:
+def number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise StudyError(f"{where} must be a number, got {value!r}")
     return float(value)
@@ -367,6 +367,8 @@ def parse_claims(
     Raises:
         StudyError: a claim with a wrong key, test, expectation, stage, coordinate or value.
     """
+    from lmc.studies.claims.cells import read_claim
+
     if not isinstance(value, list):
         raise StudyError(f"claims must be a list of claims, got {value!r}")
     if values is None:
@@ -398,7 +400,7 @@ def parse_claims(
             raise StudyError(
                 f"{at}: a {test} claim expects one of {', '.join(EXPECT[test])}, got {expect!r}"
             )
-        claims.append(_claim(raw, at, name, test, expect, study, values, ties or {}))
+        claims.append(read_claim(raw, at, name, test, expect, study, values, ties or {}))
     return tuple(claims)
 
 
@@ -427,161 +429,6 @@ def distinct_cells(cells: Sequence[Cell], at: str, what: str) -> None:
             f"{at}: {what} select the same values ({twice[0]}); give them different `where` "
             "values, metrics or stages"
         )
-
-
-@dataclass(frozen=True)
-class CellSource:
-    """What a kind's ``cells`` part reads (:mod:`lmc.studies.claims.cells`): the claim's
-    mapping and place, its test and expectation, the study's coordinate values per stage, a
-    function building a checked :class:`Cell` (``cell(spec, where_at, free_extra, axis)``) and
-    the claim's x axis."""
-
-    raw: Mapping[str, Any]
-    at: str
-    test: str
-    expect: str
-    values: dict[str, dict[str, list[Any]]]
-    cell: Callable[..., Cell]
-    x: Any
-    x_values: tuple[Any, ...]
-    peak: Any
-
-
-def _claim(
-    raw: Mapping[str, Any],
-    at: str,
-    name: str,
-    test: str,
-    expect: str,
-    study: Any,
-    values: dict[str, dict[str, list[Any]]],
-    ties: dict[str, dict[str, set[str]]],
-) -> Claim:
-    kind = CLAIM_TESTS[test]
-
-    def cell(
-        spec: Mapping[str, Any] | None, where_at: str, free_extra: set[str], axis: str | None = None
-    ) -> Cell:
-        spec = dict(spec or {})
-        for key in spec:
-            if key not in ("stage", "metric", "where"):
-                raise StudyError(f"unknown key {key!r} in {where_at}; valid: stage, metric, where")
-        stage = spec.get("stage", raw.get("stage"))
-        metric = spec.get("metric", raw.get(kind.metric_key))
-        if stage not in values:
-            raise StudyError(
-                f"{where_at}: stage {stage!r} is not a stage of the study; its stages: "
-                f"{', '.join(values)}"
-            )
-        if not isinstance(metric, str) or not metric:
-            raise StudyError(f"{where_at} needs a metric (a name the stage's jobs report)")
-        replicate = raw.get("replicate") or default_replicate(study, stage)
-        free = {replicate} if replicate else set()
-        from lmc.studies.reporting.aggregate import seed_keys
-
-        free |= set(seed_keys(study, stage)) | free_extra
-        merged = {**dict(raw.get("where") or {}), **dict(spec.get("where") or {})}
-        where = checked_where(merged, f"{where_at}.where", stage, values, free, ties, axis)
-        return Cell(stage, metric, where)
-
-    x, x_values, peak = raw.get("x"), tuple(raw.get("x_values") or ()), raw.get("peak")
-    effect, effect_relative = _effect(raw.get("effect"), at)
-    margin, margin_relative = _effect(raw.get("margin"), at, "margin")
-    scale = raw.get("scale", "raw")
-    if scale not in SCALES:
-        raise StudyError(
-            f"{at}: scale {scale!r}; valid scales: raw, log (log for positive quantities such "
-            "as barriers and losses: a difference is then a fold change)"
-        )
-    if kind.takes_margin:
-        if margin is None and margin_relative is None:
-            raise StudyError(
-                f"{at}: an equivalent claim needs a `margin`, the largest difference that "
-                "still counts as equal: a number in the metric's units (margin: 0.01) or "
-                "relative (margin: '10%'); two one-sided tests then decide"
-            )
-        if (
-            margin is not None
-            and margin <= 0
-            or margin_relative is not None
-            and margin_relative <= 0
-        ):
-            raise StudyError(f"{at}.margin must be above 0, got {raw['margin']!r}")
-        if scale == "log" and margin is not None:
-            raise StudyError(
-                f"{at}: on scale: log the margin is a fold change: give it relative "
-                f"(margin: '10%'), not in the metric's units ({raw['margin']!r})"
-            )
-    elif "margin" in raw:
-        raise StudyError(f"{at}: `margin` belongs to an equivalent claim, not a {test} claim")
-    if effect_relative is not None and not kind.relative_effect:
-        raise StudyError(
-            f"{at}: a relative effect ({raw['effect']!r}) is a change of a against b: it fits "
-            f"a difference claim; give a {test} claim's effect in the units of its estimate"
-        )
-    if effect is not None and scale == "log" and kind.relative_effect_on_log:
-        raise StudyError(
-            f"{at}: on scale: log the effect is a fold change: give it relative "
-            f"(effect: '-60%'), not in the metric's units ({raw['effect']!r})"
-        )
-    if not kind.takes_effect and raw.get("effect") is not None:
-        raise StudyError(f"{at}: an {test} claim has a margin, not an effect")
-    xscale = raw.get("xscale", "linear")
-    if xscale not in ("linear", "log") or xscale == "log" and not kind.has_xscale:
-        raise StudyError(
-            f"{at}: xscale {xscale!r}: a trend claim's x axis is linear or log (the slope of "
-            "log y against log x is a power law's exponent); other tests have no xscale"
-        )
-    if scale == "log" and not kind.has_scale:
-        raise StudyError(
-            f"{at}: a fit claim has no scale: model: exp already fits log y (model: linear y)"
-        )
-    cells = kind.part("cells")(CellSource(raw, at, test, expect, values, cell, x, x_values, peak))
-    min_r2 = raw.get("min_r2")
-    if min_r2 is not None:
-        min_r2 = _number(min_r2, f"{at}.min_r2")
-    replicate = {c.stage: raw.get("replicate") or default_replicate(study, c.stage) for c in cells}
-    for stage, key in replicate.items():
-        if key is not None and key not in values[stage]:
-            raise StudyError(
-                f"{at}: replicate {key!r} is not a coordinate of stage {stage!r}; its keys: "
-                f"{', '.join(values[stage])}"
-            )
-    if scale == "log":
-        for c in cells:
-            metrics = {c.metric}
-            if TEMPLATE in c.metric:
-                metrics = {c.metric.replace(TEMPLATE, str(v)) for v in x_values}
-            for metric in sorted(metrics):
-                if not nonnegative(metric):
-                    raise StudyError(
-                        f"{at} reads {metric!r} on scale: log, but {metric!r} can be 0 or "
-                        "below (scale: log is for quantities above 0: losses, barriers, "
-                        "accuracies, distances, norms, ratios); use scale: raw"
-                    )
-    return Claim(
-        name=name,
-        claim=str(raw["claim"]),
-        source=str(raw["source"]),
-        test=test,
-        expect=expect,
-        cells=cells,
-        replicate=replicate,
-        paper=str(raw.get("paper", "")),
-        effect=effect,
-        x=x,
-        x_values=x_values,
-        peak=peak,
-        y=raw.get("y"),
-        model=raw.get("model", "exp"),
-        min_r2=min_r2,
-        scale=scale,
-        effect_relative=effect_relative,
-        margin=margin,
-        margin_relative=margin_relative,
-        lmc_setting=_text(raw.get("lmc_setting", ""), f"{at}.lmc_setting"),
-        xscale=xscale,
-    )
 
 
 def _not_produced(metric: str, known: set[str]) -> str | None:
