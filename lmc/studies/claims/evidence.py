@@ -58,7 +58,29 @@ def _device() -> str:
     if torch.cuda.is_available():
         return f"cuda: {torch.cuda.get_device_name(0)}"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"cpu: {platform.machine()}, {cores} cores"
+    # the model and the vector instructions torch uses: CPU results differ in their last bits
+    # across them (a model trained on AVX2 kernels is not the one trained on AVX-512 kernels)
+    return f"cpu: {platform.machine()}, {_cpu_model()}, {cores} cores, {_cpu_capability()}"
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; else the platform's processor string)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown model"
+
+
+def _cpu_capability() -> str:
+    """The vector instruction set torch's CPU kernels dispatch to (``AVX512``, ``AVX2``, ...)."""
+    import torch
+
+    get = getattr(torch.backends.cpu, "get_cpu_capability", None)
+    return str(get()) if get is not None else "unknown"
 
 
 def _datasets(root: Path, plan: list[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
