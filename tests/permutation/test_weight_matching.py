@@ -369,7 +369,7 @@ def test_history_is_the_objective(method):
 def test_cost_matrices_reach_the_lap_exactly(dtype, device):
     """The LAP's inputs ``K`` on the host in their own dtype (bfloat16 widened to float32,
     exactly) and ``max |K|``, from any device (from a GPU through page-locked memory)."""
-    from lmc.permutation.weight_matching import _to_host
+    from lmc.permutation._search import _to_host
 
     gen = torch.Generator().manual_seed(0)
     costs = [torch.randn(n, n, generator=gen).to(dtype) * 1e3 for n in (5, 64, 1, 0)]
