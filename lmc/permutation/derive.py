@@ -27,6 +27,7 @@ from torch import Tensor, fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from lmc.permutation.derive_attention import AttentionRules, is_fused_qkv_attention
+from lmc.permutation.derive_core import SpecDerivationError, nodes_of
 from lmc.permutation.derive_functional import FunctionalRules
 from lmc.permutation.derive_ops import (
     ACTIVATIONS,
@@ -40,10 +41,7 @@ from lmc.permutation.derive_ops import (
 from lmc.permutation.derive_shapes import ShapeRules
 from lmc.permutation.derive_spaces import (
     Feature,
-    Member,
     NotExpressible,
-    ParamCat,
-    ParamT,
     ParamUse,
     Several,
     Spaces,
@@ -53,14 +51,8 @@ from lmc.permutation.derive_spaces import node_arg as _arg
 from lmc.permutation.derive_spaces import node_shape as _shape
 from lmc.permutation.derive_trace import trace_for_derivation
 from lmc.permutation.derive_views import ViewRules
-from lmc.permutation.derive_where import describe as _describe
 from lmc.permutation.derive_where import untraceable_at as _untraceable_at
-from lmc.permutation.spec import PermutationSpec, aliases
-
-
-class SpecDerivationError(ValueError):
-    """The model contains an operation whose permutation behaviour is unknown."""
-
+from lmc.permutation.spec import PermutationSpec
 
 _SHAPE_METHODS = {"size", "dim"}
 _TENSOR_ATTRIBUTES = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout"}
@@ -71,77 +63,9 @@ _TORCHVISION_FUNCTIONS = {  # wrapped by torch.fx (one node each): name -> rule
 }
 
 
-def _nodes(args: Any) -> list[fx.Node]:
-    out: list[fx.Node] = []
-    fx.node.map_arg(args, out.append)
-    return out
-
-
 class _Deriver(AttentionRules, ShapeRules, ViewRules, FunctionalRules):
-    def __init__(self, gm: fx.GraphModule, model: nn.Module) -> None:
-        self.gm = gm
-        self.sp = Spaces()
-        # node -> value, looked up by any argument (None: a constant)
-        self.val: dict[Any, Feature | ParamUse | ParamT | ParamCat | Several | None] = {}
-        self.members: list[Member] = []
-        self.module_io: dict[str, tuple[int, int]] = {}
-        self.attn: dict[str, tuple[int, ...]] = {}
-        self.tables: dict[str, int] = {}
-        self.points: list[tuple[str, int, int]] = []  # module name, space, priority
-        self.buffers: dict[fx.Node, str] = {}  # get_attr of a state-dict buffer -> its key
-        # the state dict's shapes (its keys: buffers, not the constants fx made attributes)
-        self.shapes = {k: tuple(t.shape) for k, t in model.state_dict().items()}
-        self.aliases = aliases(model)  # names of one tensor shared by modules: one spec
-        self.node: fx.Node | None = None
-
-    # -- helpers -------------------------------------------------------------------------
-    def err(self, msg: str) -> SpecDerivationError:
-        assert self.node is not None  # raised only while run() visits a node
-        return SpecDerivationError(f"{_describe(self.node)}: {msg}")
-
-    def _in(self, node: fx.Node, i: int = 0) -> Feature:
-        arg = node.args[i] if i < len(node.args) else None
-        v = self.val.get(arg) if isinstance(arg, fx.Node) else None
-        if isinstance(arg, fx.Node) and v is None:  # a buffer or constant: not permuted
-            return Feature(Spaces.FIXED, 1)
-        if not isinstance(v, Feature):
-            raise self.err(f"expected a feature tensor as argument {i}")
-        return v
-
-    def _fixed(self, s: int) -> bool:
-        return self.sp.is_fixed(s)
-
-    def _sized(self, s: int, n: int) -> int:
-        """``s``, or a fixed space of ``n`` units if ``s`` is fixed (whose size may differ: the
-        fixed space stands for any unpermuted axis), to build concatenations and products."""
-        return self.sp.fixed_leaf(n) if self.sp.is_fixed(s) else s
-
-    def _param(self, prefix: str, name: str, axes: tuple[int | None, ...], rows=None) -> None:
-        key = f"{prefix}.{name}" if prefix else name
-        for axis, s in enumerate(axes):
-            if s is not None:
-                self.members.append((key, axis, s, rows))
-
-    def _point(self, target: str, v: Feature, prio: int) -> None:
-        if v.axis == 1:
-            self.points.append((target, v.space, prio))
-
-    def _on_axis(self, v: Feature, axis: int, what: str) -> int:
-        """The space of ``v`` if it sits on ``axis`` (a fixed space anywhere is fine)."""
-        if v.axis != axis and not self._fixed(v.space):
-            raise self.err(
-                f"{what} acts on axis {axis} but the permuted features are on axis {v.axis}"
-            )
-        return v.space if v.axis == axis else Spaces.FIXED
-
-    def _layer(self, target: str, s_in: int, make_out) -> tuple[int, int]:
-        if target in self.module_io:  # shared module called again: same spaces
-            s0, s1 = self.module_io[target]
-            self.sp.union(s0, s_in)
-            return s0, s1
-        s_out = make_out()
-        self.module_io[target] = (s_in, s_out)
-        return s_in, s_out
+    """The spec deriver: the rules of every kind of operation over the shared state and
+    helpers of :class:`~lmc.permutation.derive_core.DeriverCore`."""
 
     # -- modules ---------------------------------------------------------------------------
     def call_module(self, node: fx.Node) -> Feature | Several | None:
@@ -255,25 +179,6 @@ class _Deriver(AttentionRules, ShapeRules, ViewRules, FunctionalRules):
                     self._param("", t, tuple(axes))
                 else:
                     self._param(target, name, tuple(axes))
-
-    def _live(self, v: Any) -> bool:
-        """Whether ``v`` carries a permuted axis (a tuple: in one of its items)."""
-        if isinstance(v, Several):
-            return any(self._live(i) for i in v.items)
-        return isinstance(v, Feature) and not self._fixed(v.space)
-
-    def _generic(self, node: fx.Node) -> None:
-        """A node reading no feature tensor (shapes, asserts, masks) carries no permutation."""
-        for a in _nodes((node.args, node.kwargs)):
-            v = self.val.get(a)
-            if self._live(v):
-                raise self.err("cannot derive how a permutation passes through this operation")
-            if isinstance(v, (ParamUse, ParamT)):
-                raise self.err(
-                    f"parameter {v.key!r} is used outside its module in a way derive_spec "
-                    "does not know; write a PermutationSpec by hand"
-                )
-        return None
 
     def call_function(self, node: fx.Node) -> Any:
         fn = node.target
@@ -402,7 +307,7 @@ class _Deriver(AttentionRules, ShapeRules, ViewRules, FunctionalRules):
                 else:
                     self.val[node] = ParamUse(key, t.ndim)
             elif node.op == "output":
-                for a in _nodes(node.args):
+                for a in nodes_of(node.args):
                     v = self.val.get(a)
                     for f in v.items if isinstance(v, Several) else (v,):
                         if isinstance(f, Feature):

@@ -25,30 +25,18 @@ residual ``+`` like any Linear's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import fx, nn
 
+from lmc.permutation.derive_core import DeriverCore
 from lmc.permutation.derive_spaces import Feature, ParamUse, Several, Spaces, node_arg, node_shape
 
 _arg, _shape = node_arg, node_shape
 
 
-class AttentionRules:
+class AttentionRules(DeriverCore):
     """Mixin of the deriver: ``nn.MultiheadAttention`` and torchvision's Swin functions."""
-
-    sp: Spaces
-    val: dict[Any, Any]  # node -> value, looked up by any argument (None: a constant)
-    attn: dict[str, tuple[int, ...]]  # module -> its spaces (a module called twice reuses them)
-    tables: dict[str, int]  # relative position bias table -> the space of its heads
-
-    if TYPE_CHECKING:
-
-        def err(self, msg: str) -> Exception: ...
-
-        def _param(self, prefix: str, name: str, axes: tuple[int | None, ...], rows=None): ...
-
-        def _on_axis(self, v: Feature, axis: int, what: str) -> int: ...
 
     def _heads(self, name: str, heads: int, dim: int, vdim: int) -> tuple[int, int, int]:
         """New spaces of the heads and their ``heads x d`` query/key and value rows."""
@@ -202,6 +190,8 @@ class AttentionRules:
         v = self.val.get(node.args[0])
         if v is None:
             return None
+        if not isinstance(v, Feature):
+            raise self.err("_patch_merging_pad expects a feature tensor")
         nd = len(_shape(node) or (0,) * 4)
         s = self._on_axis(v, nd - 1, "_patch_merging_pad")
         if self.sp.is_fixed(s):

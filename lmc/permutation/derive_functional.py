@@ -5,16 +5,16 @@ call as functions on their own parameters — ``F.linear`` (timm's ``Linear``), 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch.nn.functional as F
 from torch import fx, nn
 
+from lmc.permutation.derive_core import DeriverCore
 from lmc.permutation.derive_spaces import (
     Feature,
     ParamCat,
     ParamUse,
-    Spaces,
     node_arg,
     node_shape,
 )
@@ -22,30 +22,8 @@ from lmc.permutation.derive_spaces import (
 _arg, _shape = node_arg, node_shape
 
 
-class FunctionalRules:
+class FunctionalRules(DeriverCore):
     """Mixin of the deriver: Linear layers (module or function), functional norms, padding."""
-
-    sp: Spaces
-    val: dict[Any, Any]  # node -> value, looked up by any argument (None: a constant)
-    buffers: dict[fx.Node, str]
-
-    if TYPE_CHECKING:
-
-        def err(self, msg: str) -> Exception: ...
-
-        def _in(self, node: fx.Node, i: int = 0) -> Feature: ...
-
-        def _fixed(self, s: int) -> bool: ...
-
-        def _generic(self, node: fx.Node) -> None: ...
-
-        def _on_axis(self, v: Feature, axis: int, what: str) -> int: ...
-
-        def _layer(self, target: str, s_in: int, make_out: Any) -> tuple[int, int]: ...
-
-        def _point(self, target: str, v: Feature, prio: int) -> None: ...
-
-        def _param(self, prefix: str, name: str, axes: tuple[int | None, ...], rows=None): ...
 
     def _linear(
         self, node: fx.Node, target: str, out_features: int, weight: str, bias: str | None

@@ -7,10 +7,11 @@ permutations are in :mod:`lmc.permutation.derive_views`, the spaces themselves i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import fx
 
+from lmc.permutation.derive_core import DeriverCore
 from lmc.permutation.derive_spaces import (
     Feature,
     ParamCat,
@@ -25,26 +26,8 @@ from lmc.permutation.derive_spaces import (
 _arg, _shape = node_arg, node_shape
 
 
-class ShapeRules:
+class ShapeRules(DeriverCore):
     """Mixin of the deriver: the rules of the shape-only operations."""
-
-    gm: fx.GraphModule
-    sp: Spaces
-    val: dict[Any, Any]  # node -> value, looked up by any argument (None: a constant)
-
-    if TYPE_CHECKING:
-
-        def err(self, msg: str) -> Exception: ...
-
-        def _in(self, node: fx.Node, i: int = 0) -> Feature: ...
-
-        def _fixed(self, s: int) -> bool: ...
-
-        def _sized(self, s: int, n: int) -> int: ...
-
-        def _param(self, prefix: str, name: str, axes: tuple[int | None, ...], rows=None): ...
-
-        def _generic(self, node: fx.Node) -> None: ...
 
     def _broadcast(self, node: fx.Node, operands: Sequence[Any]) -> Feature | None:
         """Elementwise op with broadcasting: the operands' permuted axes are merged."""

@@ -7,10 +7,11 @@ product); the rest of the shape operations are in :mod:`lmc.permutation.derive_s
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import fx
 
+from lmc.permutation.derive_core import DeriverCore
 from lmc.permutation.derive_spaces import (
     Feature,
     NotExpressible,
@@ -24,21 +25,8 @@ from lmc.permutation.derive_spaces import (
 _arg, _shape = node_arg, node_shape
 
 
-class ViewRules:
+class ViewRules(DeriverCore):
     """Mixin of the deriver: the rules of views and axis permutations."""
-
-    sp: Spaces
-    val: dict[Any, Any]  # node -> value, looked up by any argument (None: a constant)
-
-    if TYPE_CHECKING:
-
-        def err(self, msg: str) -> Exception: ...
-
-        def _fixed(self, s: int) -> bool: ...
-
-        def _sized(self, s: int, n: int) -> int: ...
-
-        def _generic(self, node: fx.Node) -> None: ...
 
     def _flatten(self, node: fx.Node, start: int, end: int) -> Feature | None:
         v = self.val.get(node.args[0])
