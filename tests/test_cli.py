@@ -284,7 +284,7 @@ def test_help_lists_every_command_without_importing_lightning():
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
-    for command in ("fit", "validate", "test", "predict", "study", "completion"):
+    for command in ("fit", "validate", "test", "predict", "study", "configs", "completion"):
         assert re.search(rf"^  {command} +\S", out, re.M), command
     assert "exit 0" in out and "lightning loaded: False" in out
 
@@ -298,7 +298,7 @@ def test_a_mistyped_command_names_the_nearest(typed, near, capsys):
     assert err.value.code == 2
     message = capsys.readouterr().err
     assert f"unknown command {typed!r}; did you mean {near}" in message
-    assert "commands: fit, validate, test, predict, study, completion" in message
+    assert "commands: fit, validate, test, predict, study, configs, completion" in message
 
 
 def _complete(shell_words: str, tmp_path: Path) -> list[str]:
@@ -549,3 +549,33 @@ def test_a_dotted_key_into_method_options_sets_one_entry(tmp_path):
     assert later[-1] == "--model.init_args.method_options={zip: {}}"
     untouched = ["fit", "-c", config, "--trainer.max_epochs", "2"]
     assert merge_mapping_args(untouched) == untouched
+
+
+def test_a_shipped_config_is_named_lmc_name_from_anywhere(tmp_path, monkeypatch, capsys):
+    """Issue 50: the configs travel in the package (a wheel has no clone's configs/):
+    `--config lmc:NAME` reads a shipped one, `lmc configs list` names them all, `lmc configs
+    copy` writes one out (never over a file), and a name that is not shipped gets the list."""
+    from lmc.cli import main
+    from lmc.engine.parse import resolve_config
+    from lmc.shipped import ROOT, copy_shipped, resolve_shipped, shipped_configs
+
+    monkeypatch.chdir(tmp_path)  # outside the clone
+    names = shipped_configs()
+    assert "quickstart" in names and "studies/004_merge_n" in names
+    assert CONFIGS.resolve() == ROOT  # a clone's configs/ is the package's
+    assert resolve_shipped(["fit", "-c", "lmc:mnist/mlp"])[2] == str(ROOT / "mnist" / "mlp.yaml")
+    resolved = resolve_config(["fit", "--config=lmc:quickstart"])
+    assert resolved["model"]["class_path"] == "lmc.tasks.TrainAndInterpolateTask"
+    with pytest.raises(SystemExit):
+        main(["configs", "list"])
+    assert "lmc:quickstart" in capsys.readouterr().out.splitlines()
+    with pytest.raises(SystemExit):
+        main(["configs", "copy", "mnist/mlp"])
+    assert (tmp_path / "mlp.yaml").read_text() == (ROOT / "mnist" / "mlp.yaml").read_text()
+    with pytest.raises(FileExistsError, match="mlp.yaml exists"):
+        copy_shipped("lmc:mnist/mlp")
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", "lmc:quikstart"])
+    err = capsys.readouterr().err
+    assert "no shipped config lmc:quikstart; did you mean lmc:quickstart?" in err
+    assert "mnist/mlp" in err  # the shipped configs listed

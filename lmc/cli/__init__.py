@@ -19,6 +19,7 @@ COMMANDS = {
     "test": "test a trained run on its test split",
     "predict": "predictions of a trained run",
     "study": "plan, run, follow and report a study file (a grid of runs, then evaluations)",
+    "configs": "list or copy the shipped configs: lmc configs list | copy NAME [DEST]",
     "completion": "print a shell completion script: lmc completion bash|zsh",
 }
 STUDY_COMMANDS = ("plan", "run", "status", "report", "claims")
@@ -31,9 +32,9 @@ models, each run one YAML config, each study one YAML file.
 commands:
 {commands}
 
-`lmc <command> --help` lists a command's options; `lmc fit --config configs/quickstart.yaml`
-trains two small models and measures the barrier between them. Rerun any run with
-`lmc fit --config <run folder>/config.yaml`.
+`lmc <command> --help` lists a command's options; `lmc fit --config lmc:quickstart` trains
+two small models and measures the barrier between them (`lmc:NAME` is a shipped config:
+`lmc configs list`). Rerun any run with `lmc fit --config <run folder>/config.yaml`.
 """
 
 COMPLETION_BASH = """# lmc completion for bash: eval "$(lmc completion bash)" (e.g. in ~/.bashrc)
@@ -51,6 +52,9 @@ _lmc() {{
       fi ;;
     completion)
       COMPREPLY=($(compgen -W "bash zsh" -- "$cur"))
+      return ;;
+    configs)
+      COMPREPLY=($(compgen -W "list copy" -- "$cur"))
       return ;;
     fit|validate|test|predict)
       if [[ "$cur" == -* ]]; then
@@ -102,6 +106,8 @@ def _front_door(argv: list[str]) -> int | None:
         sys.stdout.write(HELP.format(commands=lines))
         return 0 if argv else 2
     first = argv[0]
+    if first == "configs":
+        return _configs(argv[1:])
     if first == "completion":
         if len(argv) != 2 or argv[1] not in ("bash", "zsh"):
             sys.stderr.write("lmc: error: usage: lmc completion bash|zsh\n")
@@ -116,6 +122,25 @@ def _front_door(argv: list[str]) -> int | None:
         f"lmc: error: unknown command {first!r}{hint} (commands: {', '.join(COMMANDS)}; "
         "lmc --help says what each does)\n"
     )
+    return 2
+
+
+def _configs(argv: list[str]) -> int:
+    """``lmc configs list`` and ``lmc configs copy NAME [DEST]`` (:mod:`lmc.shipped`)."""
+    from lmc.shipped import copy_shipped, shipped_configs
+
+    if argv == ["list"]:
+        sys.stdout.write("\n".join(f"lmc:{name}" for name in shipped_configs()) + "\n")
+        return 0
+    if argv[:1] == ["copy"] and len(argv) in (2, 3):
+        try:
+            written = copy_shipped(argv[1], argv[2] if len(argv) == 3 else None)
+        except (ValueError, FileExistsError) as err:
+            sys.stderr.write(f"lmc: error: {err}\n")
+            return 2
+        sys.stdout.write(f"wrote {written}\n")
+        return 0
+    sys.stderr.write("lmc: error: usage: lmc configs list | lmc configs copy NAME [DEST]\n")
     return 2
 
 

@@ -43,6 +43,7 @@ from lmc.engine.resume import (
 )
 from lmc.engine.seam import SeamCLI, log_config_only
 from lmc.io import atomic_write, config_to_save, drop_unserializable, load_checkpoint
+from lmc.shipped import resolve_shipped
 from lmc.tasks.rundir import run_dir
 
 
@@ -131,6 +132,16 @@ class LMCCLI(SeamCLI):
         # Name the new key of a config key that moved (e.g. grouped options) before jsonargparse
         # rejects it as unknown without saying where it went.
         given = sys.argv[1:] if args is None else args
+        try:  # a shipped config named lmc:NAME, read from the package
+            shipped = resolve_shipped(given)
+        except ValueError as err:
+            parser.error(str(err))
+        if shipped != list(given):
+            given = shipped
+            if args is None:
+                sys.argv[1:] = shipped
+            else:
+                args = shipped
         message = moved_keys_error(given)
         message = message or config_file_error(given)
         if message:
