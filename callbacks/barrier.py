@@ -14,6 +14,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from callbacks._utils import log_metrics, network
+from lmc.engine.seam import datamodule_of
 from lmc.evaluation import LossName, has_batchnorm
 from lmc.interpolation import alpha_grid, cache_batches, check_definition, interpolate_path
 from lmc.interpolation.barrier import BarrierDefinition
@@ -84,7 +85,7 @@ class BarrierMonitor(Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._due(trainer) or trainer.sanity_checking:
             return
-        dm = trainer.datamodule  # type: ignore[attr-defined]  # set at runtime, not on Trainer
+        dm = datamodule_of(trainer)
         if self.batches is None:
             batches = cache_batches(dm.val_dataloader(), pl_module.device)
             self.batches = batches[: self.max_batches] if self.max_batches else batches

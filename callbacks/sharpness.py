@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from callbacks._utils import due, log_metrics, network
+from lmc.engine.seam import datamodule_of
 from lmc.metrics.sharpness import Batch, hutchinson_traces
 
 
@@ -87,7 +88,7 @@ class SharpnessMonitor(L.Callback):
         log_metrics(trainer, metrics)
 
     def _subset(self, trainer: L.Trainer, device: torch.device) -> list[Batch]:
-        dm = trainer.datamodule  # type: ignore[attr-defined]  # set at runtime, not on Trainer
+        dm = datamodule_of(trainer)
         if self.source == "alignment" and hasattr(dm, "alignment_dataloader"):
             loader = dm.alignment_dataloader(self.batch_size)
         elif self.source == "val" and dm is not None:

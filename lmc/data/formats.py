@@ -345,8 +345,9 @@ def load_cifar(root: str | Path, spec: CifarSpec, split: str) -> tuple[Tensor, T
     root = Path(root).expanduser().absolute()
     with _readable_cifar(root, spec) as readable:
         try:
-            # spec is type[Any] (torchvision is untyped), not Hashable to functools.cache's stub
-            reader = _reader(spec)  # type: ignore[arg-type]  # a class is hashable
+            # spec is type[Any] (torchvision is untyped), which typeshed's functools.cache does
+            # not take as Hashable; a class is
+            reader = _reader(spec)  # type: ignore[arg-type]  # typeshed: type[Any] not Hashable
             ds = reader(readable, train=split == "train", download=False)
         except (pickle.UnpicklingError, EOFError, ValueError, KeyError, TypeError) as err:
             folder = readable / spec.base_folder

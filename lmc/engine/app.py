@@ -41,7 +41,7 @@ from lmc.engine.resume import (
     run_of_config,
     same_experiment,
 )
-from lmc.engine.seam import SeamCLI, log_config_only
+from lmc.engine.seam import SeamCLI, datamodule_of, log_config_only
 from lmc.io import atomic_write, config_to_save, drop_unserializable, load_checkpoint
 from lmc.shipped import resolve_shipped
 from lmc.tasks.rundir import run_dir
@@ -54,7 +54,7 @@ class RunConfigSaver(SaveConfigCallback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # the run's config below is the whole config: the task's hyper-parameters once, under
         # model.init_args, not again under their bare names
-        dm = trainer.datamodule  # type: ignore[attr-defined]  # set at runtime, not on Trainer
+        dm = datamodule_of(trainer)
         log_config_only(pl_module, dm)
         if self.already_saved:
             return

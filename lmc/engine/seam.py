@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.core.mixins import hparams_mixin
@@ -168,3 +169,9 @@ def log_config_only(*modules: Any) -> None:
     for module in modules:
         if module is not None:
             module._log_hyperparams = False
+
+
+def datamodule_of(trainer: Trainer) -> Any:
+    """``trainer.datamodule``: the data module of the running ``fit`` / ``validate`` (a public
+    attribute Lightning sets on the trainer but does not declare on its class)."""
+    return trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning, undeclared

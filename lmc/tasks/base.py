@@ -14,7 +14,7 @@ import lightning as L
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from lmc.engine.seam import given_hyperparameters, hparams_stores
+from lmc.engine.seam import datamodule_of, given_hyperparameters, hparams_stores
 from lmc.evaluation import LossName, cache_batches
 from lmc.io import drop_unserializable
 from lmc.permutation.source import check_spec_source, needs_example, resolve_spec
@@ -86,11 +86,6 @@ def default_loss(datamodule: Any) -> LossName:
     return (
         "mse" if getattr(datamodule, "task", "classification") == "regression" else "cross_entropy"
     )
-
-
-def datamodule_of(trainer: L.Trainer) -> Any:
-    """``trainer.datamodule``: the data module of the running ``fit`` / ``validate``."""
-    return trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning, undeclared
 
 
 @contextmanager
