@@ -20,6 +20,7 @@ one plain loop (notebooks, benchmarks; :func:`~lmc.merging.ste_mm`,
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -42,7 +43,7 @@ class Progress:
     total: int | None
 
 
-class MergeSearch(nn.Module):
+class MergeSearch(nn.Module, ABC):
     """What a trained merge method builds (see the module docstring).
 
     Attributes:
@@ -54,14 +55,14 @@ class MergeSearch(nn.Module):
     lr: ClassVar[float] = 1e-3
     n: int
 
+    @abstractmethod
     def step_loss(self, x: Tensor, y: Tensor, loss: LossName, progress: Progress) -> Tensor:
         """One training step's loss on the batch ``(x, y)``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def result(self) -> Merged:
         """The merged model once training ended (permutations included where the method
         permutes)."""
-        raise NotImplementedError
 
     def output(self, x: Tensor) -> Tensor | None:
         """The current merge's output on ``x`` (validation), or ``None`` where the search has

@@ -123,6 +123,7 @@ class TrainedMergeTask(MergeArgs, LMCTask):
         self.save_merged = save_merged
         self.sweep: MergeSweep | None = None
         self._epoch_start = 0.0
+        self._total_steps = 1  # the run's optimizer steps (the searches' schedules), at fit start
         self._timers_at_epoch_start: dict[str, float] = {}
 
     def _searches(self) -> list[tuple[str, MergeSearch]]:
@@ -137,8 +138,7 @@ class TrainedMergeTask(MergeArgs, LMCTask):
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         x, y = batch
-        total = int(self.trainer.estimated_stepping_batches)
-        progress = Progress(self.global_step, max(total, 1))
+        progress = Progress(self.global_step, self._total_steps)
         losses = []
         for name, search in self._searches():
             loss = search.step_loss(x, y, self.loss_name, progress)
@@ -169,6 +169,10 @@ class TrainedMergeTask(MergeArgs, LMCTask):
             for key, value in search.timers().items():
                 total[key] = total.get(key, 0.0) + value
         return total
+
+    def on_train_start(self) -> None:
+        # once: Lightning recomputes estimated_stepping_batches on every read
+        self._total_steps = max(int(self.trainer.estimated_stepping_batches), 1)
 
     def on_train_epoch_start(self) -> None:
         self._epoch_start = time.perf_counter()
